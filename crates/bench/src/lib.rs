@@ -1,0 +1,32 @@
+//! `capstan bench`: load generators and measurements against capstan or any Kubernetes.
+//!
+//! Each benchmark is a subcommand of `capstan bench` and also a library function, so that tests
+//! can run it in-process and check its measurements without spawning the binary.
+
+mod duration;
+mod latency;
+pub mod report;
+pub mod store;
+
+pub use report::Measurement;
+
+/// Arguments of `capstan bench`: which benchmark to run.
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub command: BenchCommand,
+}
+
+/// The benchmarks `capstan bench` knows.
+#[derive(clap::Subcommand, Debug)]
+pub enum BenchCommand {
+    /// The store alone: writes, point reads, ranges, watch latency and memory, embedded vs etcd.
+    Store(store::StoreArgs),
+}
+
+/// Run a benchmark subcommand, printing its measurements to stdout.
+pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    match args.command {
+        BenchCommand::Store(args) => store::run(args).await,
+    }
+}

@@ -1,0 +1,117 @@
+//! `capstan`: the one binary. This file only parses the command line and wires components.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+
+mod store_cmd;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "capstan",
+    version,
+    about = "Kubernetes, rebuilt in Rust as one fast binary"
+)]
+struct Cli {
+    /// Log filter, as RUST_LOG (for example `info,capstan_store=debug`).
+    #[arg(long, global = true, default_value = "info", env = "CAPSTAN_LOG")]
+    log_level: String,
+
+    /// Log format: text or json.
+    #[arg(long, global = true, default_value = "text")]
+    log_format: LogFormat,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run the control plane: for now, the store alone, in the data directory.
+    Server(ServerArgs),
+    /// Read and write the embedded store directly (like etcdctl), for inspection and repair.
+    Store(store_cmd::StoreArgs),
+    /// Benchmarks against capstan or any other Kubernetes.
+    Bench(capstan_bench::BenchArgs),
+    /// Internal helpers used by capstan's own tests.
+    #[command(hide = true, subcommand)]
+    Debug(store_cmd::DebugCommand),
+}
+
+#[derive(clap::Args, Debug)]
+struct ServerArgs {
+    /// Where the embedded store keeps its data.
+    #[arg(long, default_value_os_t = default_data_dir())]
+    data_dir: PathBuf,
+}
+
+/// /var/lib/capstan as root, ~/.local/share/capstan otherwise.
+fn default_data_dir() -> PathBuf {
+    let is_root = std::env::var("USER").map(|u| u == "root").unwrap_or(false)
+        || std::env::var("HOME").map(|h| h == "/root").unwrap_or(false);
+    if is_root {
+        return PathBuf::from("/var/lib/capstan");
+    }
+    match std::env::var_os("HOME") {
+        Some(home) => PathBuf::from(home).join(".local/share/capstan"),
+        None => PathBuf::from("capstan-data"),
+    }
+}
+
+fn init_logging(filter: &str, format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn main() {
+    let cli = Cli::parse();
+    init_logging(&cli.log_level, cli.log_format);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("capstan: cannot start the async runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    if let Err(e) = runtime.block_on(run(cli.command)) {
+        eprintln!("capstan: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+async fn run(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Server(args) => server(args).await,
+        Command::Store(args) => store_cmd::run(args).await,
+        Command::Bench(args) => capstan_bench::run(args).await,
+        Command::Debug(cmd) => store_cmd::debug(cmd).await,
+    }
+}
+
+async fn server(args: ServerArgs) -> anyhow::Result<()> {
+    let store_dir = args.data_dir.join("store");
+    let store = capstan_store::embedded::EmbeddedStore::open(&store_dir)
+        .with_context(|| format!("opening the store in {}", store_dir.display()))?;
+    let revision = capstan_store::Store::current_revision(&store).await?;
+    tracing::info!(data_dir = %args.data_dir.display(), revision, "store open; press Ctrl-C to stop");
+    tokio::signal::ctrl_c().await?;
+    tracing::info!("stopping");
+    Ok(())
+}
