@@ -18,7 +18,8 @@
 //! A retried write is ambiguous, as with Kubernetes on etcd: when the first attempt reached
 //! etcd and was applied but its response was lost, the retry fails its compare and surfaces as
 //! `AlreadyExists` (create), `Conflict` (update or conditional delete), `NotFound` (delete) or
-//! `LeaseNotFound` (revoke), although the write happened. Callers treat these as they would a
+//! `LeaseNotFound` (revoke), although the write happened, and a retried lease grant may leave
+//! an unused lease behind that expires with its TTL. Callers treat these as they would a
 //! concurrent writer: read and decide again.
 
 use std::future::Future;
