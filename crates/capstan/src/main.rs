@@ -2,9 +2,9 @@
 
 use std::path::PathBuf;
 
-use anyhow::Context;
 use clap::{Parser, Subcommand};
 
+mod server_cmd;
 mod store_cmd;
 
 #[derive(Parser, Debug)]
@@ -34,8 +34,8 @@ enum LogFormat {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Run the control plane: for now, the store alone, in the data directory.
-    Server(ServerArgs),
+    /// Run the control plane: the API server over the store, in the data directory.
+    Server(server_cmd::ServerArgs),
     /// Read and write the embedded store directly (like etcdctl), for inspection and repair.
     Store(store_cmd::StoreArgs),
     /// Benchmarks against capstan or any other Kubernetes.
@@ -45,15 +45,8 @@ enum Command {
     Debug(store_cmd::DebugCommand),
 }
 
-#[derive(clap::Args, Debug)]
-struct ServerArgs {
-    /// Where the embedded store keeps its data.
-    #[arg(long, default_value_os_t = default_data_dir())]
-    data_dir: PathBuf,
-}
-
 /// /var/lib/capstan as root, ~/.local/share/capstan otherwise.
-fn default_data_dir() -> PathBuf {
+pub(crate) fn default_data_dir() -> PathBuf {
     let is_root = std::env::var("USER").map(|u| u == "root").unwrap_or(false)
         || std::env::var("HOME").map(|h| h == "/root").unwrap_or(false);
     if is_root {
@@ -98,20 +91,9 @@ fn main() {
 
 async fn run(command: Command) -> anyhow::Result<()> {
     match command {
-        Command::Server(args) => server(args).await,
+        Command::Server(args) => server_cmd::run(args).await,
         Command::Store(args) => store_cmd::run(args).await,
         Command::Bench(args) => capstan_bench::run(args).await,
         Command::Debug(cmd) => store_cmd::debug(cmd).await,
     }
-}
-
-async fn server(args: ServerArgs) -> anyhow::Result<()> {
-    let store_dir = args.data_dir.join("store");
-    let store = capstan_store::embedded::EmbeddedStore::open(&store_dir)
-        .with_context(|| format!("opening the store in {}", store_dir.display()))?;
-    let revision = capstan_store::Store::current_revision(&store).await?;
-    tracing::info!(data_dir = %args.data_dir.display(), revision, "store open; press Ctrl-C to stop");
-    tokio::signal::ctrl_c().await?;
-    tracing::info!("stopping");
-    Ok(())
 }

@@ -1,0 +1,1168 @@
+//! The other core/v1 kinds: ConfigMap, Secret, Namespace, Node, ServiceAccount, Endpoints,
+//! Event, LimitRange, ResourceQuota, PersistentVolume(Claim), Binding.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::Value;
+
+use super::container::{container_resource_name, quantity_value, resource_name};
+use super::{
+    arr, child, dns_label, get, gofmt, idx, int, jstr, key, meta, names, obj, qualified, quantity,
+    s, Errs,
+};
+use crate::field::FieldError;
+
+/// Kubernetes' limit on Secret and ConfigMap payloads.
+pub const MAX_SECRET_SIZE: usize = 1024 * 1024;
+
+const ACCESS_MODES: &[&str] = &[
+    "ReadOnlyMany",
+    "ReadWriteMany",
+    "ReadWriteOnce",
+    "ReadWriteOncePod",
+];
+
+pub fn validate(errs: &mut Errs, kind: &str, o: &Value) {
+    match kind {
+        "ConfigMap" => config_map(errs, o),
+        "Secret" => secret(errs, o),
+        "Namespace" => {
+            for f in arr(o.get("spec").unwrap_or(&Value::Null), "finalizers") {
+                let f = f.as_str().unwrap_or("");
+                qualified(errs, f, "spec.finalizers");
+                meta::kube_finalizer_name(errs, f, "spec.finalizers");
+            }
+        }
+        "Node" => node(errs, o),
+        "Endpoints" => endpoints(errs, o),
+        "Event" => event(errs, o, false),
+        "LimitRange" => limit_range(errs, o),
+        "ResourceQuota" => resource_quota(errs, o),
+        "PersistentVolumeClaim" => pvc_spec(errs, o.get("spec").unwrap_or(&Value::Null), "spec"),
+        "PersistentVolume" => pv(errs, o),
+        _ => {}
+    }
+}
+
+/// Pods' `binding` subresource body.
+pub fn binding(errs: &mut Errs, o: &Value) {
+    let t = o.get("target").unwrap_or(&Value::Null);
+    let k = s(t, "kind");
+    if !k.is_empty() && k != "Node" {
+        errs.push(FieldError::not_supported(
+            "target.kind",
+            &jstr(k),
+            &["Node", "<empty>"],
+        ));
+    }
+    if s(t, "name").is_empty() {
+        errs.push(FieldError::required("target.name", ""));
+    }
+}
+
+fn base64_len(s: &str) -> usize {
+    let trimmed = s.trim_end_matches('=');
+    trimmed.len() * 3 / 4
+}
+
+fn config_map(errs: &mut Errs, o: &Value) {
+    let mut total = 0;
+    let binary = obj(o, "binaryData");
+    for (k, v) in super::str_map(o, "data") {
+        for m in names::config_map_key(k) {
+            errs.push(FieldError::invalid(key("data", k), &jstr(k), &m));
+        }
+        if binary.is_some_and(|b| b.contains_key(k)) {
+            errs.push(FieldError::invalid(
+                key("data", k),
+                &jstr(k),
+                "duplicate of key present in binaryData",
+            ));
+        }
+        total += v.len();
+    }
+    for (k, v) in super::str_map(o, "binaryData") {
+        for m in names::config_map_key(k) {
+            errs.push(FieldError::invalid(key("binaryData", k), &jstr(k), &m));
+        }
+        total += base64_len(v);
+    }
+    if total > MAX_SECRET_SIZE {
+        errs.push(FieldError::too_long("", MAX_SECRET_SIZE));
+    }
+}
+
+fn secret(errs: &mut Errs, o: &Value) {
+    let data = super::str_map(o, "data");
+    let mut total = 0;
+    for (k, v) in &data {
+        for m in names::config_map_key(k) {
+            errs.push(FieldError::invalid(key("data", k), &jstr(k), &m));
+        }
+        total += base64_len(v);
+    }
+    if total > MAX_SECRET_SIZE {
+        errs.push(FieldError::too_long("data", MAX_SECRET_SIZE));
+    }
+    let has = |k: &str| data.iter().any(|(dk, _)| *dk == k);
+    let required = |errs: &mut Errs, k: &str| errs.push(FieldError::required(key("data", k), ""));
+    match s(o, "type") {
+        "kubernetes.io/service-account-token" => {
+            let sa = o
+                .pointer("/metadata/annotations/kubernetes.io~1service-account.name")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            if sa.is_empty() {
+                errs.push(FieldError::required(
+                    key("metadata.annotations", "kubernetes.io/service-account.name"),
+                    "",
+                ));
+            }
+        }
+        "kubernetes.io/dockercfg" => {
+            if !has(".dockercfg") {
+                required(errs, ".dockercfg");
+            }
+        }
+        "kubernetes.io/dockerconfigjson" => {
+            if !has(".dockerconfigjson") {
+                required(errs, ".dockerconfigjson");
+            }
+        }
+        "kubernetes.io/basic-auth" => {
+            if !has("username") && !has("password") {
+                required(errs, "username");
+                required(errs, "password");
+            }
+        }
+        "kubernetes.io/ssh-auth" => {
+            if data
+                .iter()
+                .all(|(k, v)| *k != "ssh-privatekey" || v.is_empty())
+            {
+                required(errs, "ssh-privatekey");
+            }
+        }
+        "kubernetes.io/tls" => {
+            for k in ["tls.crt", "tls.key"] {
+                if !has(k) {
+                    required(errs, k);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+fn node(errs: &mut Errs, o: &Value) {
+    let spec = o.get("spec").unwrap_or(&Value::Null);
+    node_taints(errs, arr(spec, "taints"), "metadata.taints");
+    node_resources(errs, o);
+    let cidrs = arr(spec, "podCIDRs");
+    for (i, c) in cidrs.iter().enumerate() {
+        let c = c.as_str().unwrap_or("");
+        if !names::is_cidr(c) {
+            errs.push(FieldError::invalid(
+                idx("spec.podCIDRs", i),
+                &jstr(c),
+                "must be a valid CIDR value, (e.g. 10.9.8.0/24 or 2001:db8::/64)",
+            ));
+        }
+    }
+    if cidrs.len() > 1 {
+        let mut seen = BTreeSet::new();
+        for (i, c) in cidrs.iter().enumerate() {
+            if !seen.insert(c.as_str().unwrap_or("")) {
+                errs.push(FieldError::duplicate(idx("spec.podCIDRs", i), c));
+            }
+        }
+        let v4 = cidrs
+            .iter()
+            .filter(|c| !c.as_str().unwrap_or("").contains(':'))
+            .count();
+        if cidrs.len() > 2 || v4 != 1 {
+            errs.push(FieldError::invalid_shown(
+                "spec.podCIDRs",
+                &gofmt::string_slice(spec.get("podCIDRs")),
+                "may specify no more than one CIDR for each IP family",
+            ));
+        }
+    }
+}
+
+fn node_resources(errs: &mut Errs, o: &Value) {
+    let status = o.get("status").unwrap_or(&Value::Null);
+    for f in ["capacity", "allocatable"] {
+        if let Some(m) = obj(status, f) {
+            for (k, v) in m {
+                quantity_value(errs, k, v, &format!("status.{f}.{k}"));
+            }
+        }
+    }
+}
+
+/// `validateNodeTaints`.
+pub fn node_taints(errs: &mut Errs, taints: &[Value], path: &str) {
+    let mut seen = BTreeSet::new();
+    for (i, t) in taints.iter().enumerate() {
+        let p = idx(path, i);
+        meta::label_name(errs, s(t, "key"), &child(&p, "key"));
+        let v = s(t, "value");
+        let msgs = names::label_value(v);
+        if !msgs.is_empty() {
+            errs.push(FieldError::invalid(
+                child(&p, "value"),
+                &jstr(v),
+                &msgs.join(";"),
+            ));
+        }
+        super::required_enum(
+            errs,
+            s(t, "effect"),
+            &child(&p, "effect"),
+            &["NoSchedule", "PreferNoSchedule", "NoExecute"],
+        );
+        if !seen.insert((s(t, "effect"), s(t, "key"))) {
+            let mut e = FieldError::duplicate_shown(
+                &p,
+                &format!(
+                    "core.Taint{{Key:{}, Value:{}, Effect:{}, TimeAdded:<nil>}}",
+                    crate::field::go_quote(s(t, "key")),
+                    crate::field::go_quote(v),
+                    crate::field::go_quote(s(t, "effect"))
+                ),
+            );
+            e.message
+                .push_str(": taints must be unique by key and effect pair");
+            errs.push(e);
+        }
+    }
+}
+
+fn endpoints(errs: &mut Errs, o: &Value) {
+    for (i, ss) in arr(o, "subsets").iter().enumerate() {
+        let p = idx("subsets", i);
+        if arr(ss, "addresses").is_empty() && arr(ss, "notReadyAddresses").is_empty() {
+            errs.push(FieldError::required(
+                &p,
+                "must specify `addresses` or `notReadyAddresses`",
+            ));
+        }
+        for list in ["addresses", "notReadyAddresses"] {
+            for (j, a) in arr(ss, list).iter().enumerate() {
+                let ap = idx(&child(&p, list), j);
+                let ip = s(a, "ip");
+                if !names::is_ip(ip) {
+                    errs.push(FieldError::invalid(
+                        child(&ap, "ip"),
+                        &jstr(ip),
+                        "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)",
+                    ));
+                }
+                let h = s(a, "hostname");
+                if !h.is_empty() {
+                    dns_label(errs, h, &child(&ap, "hostname"));
+                }
+                if let Some(n) = a.get("nodeName").and_then(Value::as_str) {
+                    super::name_ref(
+                        errs,
+                        names::name_is_dns_subdomain,
+                        n,
+                        &child(&ap, "nodeName"),
+                    );
+                }
+                super::service::non_special_ip(errs, ip, &child(&ap, "ip"));
+            }
+        }
+        let ports = arr(ss, "ports");
+        for (j, port) in ports.iter().enumerate() {
+            let pp = idx(&child(&p, "ports"), j);
+            let name = s(port, "name");
+            if ports.len() > 1 && name.is_empty() {
+                errs.push(FieldError::required(child(&pp, "name"), ""));
+            } else if !name.is_empty() {
+                dns_label(errs, name, &child(&pp, "name"));
+            }
+            let n = int(port, "port").unwrap_or(0);
+            for m in names::port_num(n) {
+                errs.push(FieldError::invalid(child(&pp, "port"), &Value::from(n), &m));
+            }
+            super::required_enum(
+                errs,
+                s(port, "protocol"),
+                &child(&pp, "protocol"),
+                &["SCTP", "TCP", "UDP"],
+            );
+            if let Some(ap) = port.get("appProtocol").and_then(Value::as_str) {
+                qualified(errs, ap, &child(&pp, "appProtocol"));
+            }
+        }
+    }
+}
+
+/// Core events; `strict` applies the events.k8s.io/v1 creation rules. Fields are named as
+/// Kubernetes' internal Event names them (`involvedObject`, `message` ...).
+pub fn event(errs: &mut Errs, o: &Value, strict: bool) {
+    let (involved, message, source, first, last, count, controller_field) = if strict {
+        (
+            "regarding",
+            "note",
+            "deprecatedSource",
+            "deprecatedFirstTimestamp",
+            "deprecatedLastTimestamp",
+            "deprecatedCount",
+            "reportingController",
+        )
+    } else {
+        (
+            "involvedObject",
+            "message",
+            "source",
+            "firstTimestamp",
+            "lastTimestamp",
+            "count",
+            "reportingComponent",
+        )
+    };
+    let ns = o
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let inv_ns = o.get(involved).map(|i| s(i, "namespace")).unwrap_or("");
+    let has_event_time = get(o, "eventTime").is_some();
+    let not_match = |errs: &mut Errs| {
+        errs.push(FieldError::invalid(
+            "involvedObject.namespace",
+            &jstr(inv_ns),
+            "does not match event.namespace",
+        ))
+    };
+    if !has_event_time {
+        if inv_ns.is_empty() {
+            if !ns.is_empty() && ns != "default" {
+                not_match(errs);
+            }
+        } else if ns != inv_ns {
+            not_match(errs);
+        }
+    } else {
+        if inv_ns.is_empty() && ns != "default" && ns != "kube-system" {
+            not_match(errs);
+        }
+        let rc = s(o, controller_field);
+        if rc.is_empty() {
+            errs.push(FieldError::required(controller_field, ""));
+        }
+        qualified(errs, rc, controller_field);
+        let limit = |errs: &mut Errs, f: &str, shown: &str, max: usize, required: bool| {
+            let v = s(o, f);
+            if required && v.is_empty() {
+                errs.push(FieldError::required(shown, ""));
+            }
+            if v.len() > max {
+                errs.push(FieldError::invalid(
+                    shown,
+                    &jstr(""),
+                    &format!("can have at most {max} characters"),
+                ));
+            }
+        };
+        limit(errs, "reportingInstance", "reportingInstance", 128, true);
+        limit(errs, "action", "action", 128, true);
+        limit(errs, "reason", "reason", 128, true);
+        limit(errs, message, "message", 1024, false);
+    }
+    for m in names::dns1123_subdomain(ns) {
+        errs.push(FieldError::invalid("namespace", &jstr(ns), &m));
+    }
+    if strict {
+        if !has_event_time {
+            errs.push(FieldError::required("eventTime", ""));
+        }
+        let t = s(o, "type");
+        if t != "Normal" && t != "Warning" {
+            errs.push(FieldError::invalid(
+                "type",
+                &jstr(""),
+                &format!("has invalid value: {t}"),
+            ));
+        }
+        for (f, shown) in [(first, "firstTimestamp"), (last, "lastTimestamp")] {
+            if get(o, f).is_some() {
+                errs.push(FieldError::invalid(shown, &jstr(""), "needs to be unset"));
+            }
+        }
+        if int(o, count).unwrap_or(0) != 0 {
+            errs.push(FieldError::invalid("count", &jstr(""), "needs to be unset"));
+        }
+        if let Some(src) = get(o, source) {
+            if !s(src, "component").is_empty() || !s(src, "host").is_empty() {
+                errs.push(FieldError::invalid(
+                    "source",
+                    &jstr(""),
+                    "needs to be unset",
+                ));
+            }
+        }
+        if let Some(series) = get(o, "series") {
+            if int(series, "count").unwrap_or(0) < 2 {
+                errs.push(FieldError::invalid(
+                    "series.count",
+                    &jstr(""),
+                    "should be at least 2",
+                ));
+            }
+            if get(series, "lastObservedTime").is_none() {
+                errs.push(FieldError::required("series.lastObservedTime", ""));
+            }
+        }
+    }
+}
+
+fn limit_range(errs: &mut Errs, o: &Value) {
+    let mut types = BTreeSet::new();
+    for (i, l) in arr(o.get("spec").unwrap_or(&Value::Null), "limits")
+        .iter()
+        .enumerate()
+    {
+        let p = idx("spec.limits", i);
+        let t = s(l, "type");
+        let before = errs.len();
+        qualified(errs, t, &child(&p, "type"));
+        if errs.len() == before
+            && !t.contains('/')
+            && !["Pod", "Container", "PersistentVolumeClaim"].contains(&t)
+        {
+            errs.push(FieldError::invalid(
+                child(&p, "type"),
+                &jstr(t),
+                "must be a standard limit type or fully qualified",
+            ));
+        }
+        if !types.insert(t) {
+            errs.push(FieldError::duplicate(child(&p, "type"), &jstr(t)));
+        }
+        let mut q: BTreeMap<&str, BTreeMap<String, quantity::Quantity>> = BTreeMap::new();
+        let fields: &[&str] = if t == "Pod" {
+            &["max", "min", "maxLimitRequestRatio"]
+        } else {
+            &[
+                "max",
+                "min",
+                "default",
+                "defaultRequest",
+                "maxLimitRequestRatio",
+            ]
+        };
+        if t == "Pod" {
+            for f in ["default", "defaultRequest"] {
+                if obj(l, f).is_some_and(|m| !m.is_empty()) {
+                    errs.push(FieldError::forbidden(
+                        child(&p, f),
+                        "may not be specified when `type` is 'Pod'",
+                    ));
+                }
+            }
+        }
+        for f in fields {
+            for (k, v) in obj(l, f).into_iter().flatten() {
+                let kp = key(&child(&p, f), k);
+                if t == "Pod" || t == "Container" {
+                    container_resource_name(errs, k, &kp);
+                } else {
+                    resource_name(errs, k, &kp);
+                }
+                if let Some(x) = quantity::parse_value(v) {
+                    q.entry(f).or_default().insert(k.clone(), x);
+                }
+            }
+        }
+        if t == "PersistentVolumeClaim"
+            && !obj(l, "min").is_some_and(|m| m.contains_key("storage"))
+            && !obj(l, "max").is_some_and(|m| m.contains_key("storage"))
+        {
+            errs.push(FieldError::required(
+                child(&p, "limits"),
+                "either minimum or maximum storage value is required, but neither was provided",
+            ));
+        }
+        let keys: BTreeSet<String> = q.values().flat_map(|m| m.keys().cloned()).collect();
+        for k in keys {
+            let g = |f: &str| q.get(f).and_then(|m| m.get(&k)).copied();
+            let (min, max, def, defreq, ratio) = (
+                g("min"),
+                g("max"),
+                g("default"),
+                g("defaultRequest"),
+                g("maxLimitRequestRatio"),
+            );
+            let inv = |errs: &mut Errs, f: &str, shown: quantity::Quantity, msg: String| {
+                errs.push(FieldError::invalid(
+                    key(&child(&p, f), &k),
+                    &jstr(&shown.canonical()),
+                    &msg,
+                ));
+            };
+            if let (Some(mn), Some(mx)) = (min, max) {
+                if mn.nanos > mx.nanos {
+                    inv(
+                        errs,
+                        "min",
+                        mn,
+                        format!(
+                            "min value {} is greater than max value {}",
+                            mn.canonical(),
+                            mx.canonical()
+                        ),
+                    );
+                }
+            }
+            if let (Some(dr), Some(mn)) = (defreq, min) {
+                if mn.nanos > dr.nanos {
+                    inv(
+                        errs,
+                        "defaultRequest",
+                        dr,
+                        format!(
+                            "min value {} is greater than default request value {}",
+                            mn.canonical(),
+                            dr.canonical()
+                        ),
+                    );
+                }
+            }
+            if let (Some(dr), Some(mx)) = (defreq, max) {
+                if dr.nanos > mx.nanos {
+                    inv(
+                        errs,
+                        "defaultRequest",
+                        dr,
+                        format!(
+                            "default request value {} is greater than max value {}",
+                            dr.canonical(),
+                            mx.canonical()
+                        ),
+                    );
+                }
+            }
+            if let (Some(dr), Some(d)) = (defreq, def) {
+                if dr.nanos > d.nanos {
+                    inv(
+                        errs,
+                        "defaultRequest",
+                        dr,
+                        format!(
+                            "default request value {} is greater than default limit value {}",
+                            dr.canonical(),
+                            d.canonical()
+                        ),
+                    );
+                }
+            }
+            if let (Some(d), Some(mn)) = (def, min) {
+                if mn.nanos > d.nanos {
+                    inv(
+                        errs,
+                        "default",
+                        mn,
+                        format!(
+                            "min value {} is greater than default value {}",
+                            mn.canonical(),
+                            d.canonical()
+                        ),
+                    );
+                }
+            }
+            if let (Some(d), Some(mx)) = (def, max) {
+                if d.nanos > mx.nanos {
+                    inv(
+                        errs,
+                        "default",
+                        mx,
+                        format!(
+                            "default value {} is greater than max value {}",
+                            d.canonical(),
+                            mx.canonical()
+                        ),
+                    );
+                }
+            }
+            if let Some(r) = ratio {
+                if r.nanos < 1_000_000_000 {
+                    inv(
+                        errs,
+                        "maxLimitRequestRatio",
+                        r,
+                        format!("ratio {} is less than 1", r.canonical()),
+                    );
+                }
+            }
+        }
+    }
+}
+
+const QUOTA_SCOPES: &[&str] = &[
+    "Terminating",
+    "NotTerminating",
+    "BestEffort",
+    "NotBestEffort",
+    "PriorityClass",
+    "CrossNamespacePodAffinity",
+    "VolumeAttributesClass",
+];
+
+fn quota_resource_name(errs: &mut Errs, name: &str, path: &str) {
+    if resource_name(errs, name, path) && !name.contains('/') {
+        let standard_quota = [
+            "pods",
+            "services",
+            "replicationcontrollers",
+            "resourcequotas",
+            "secrets",
+            "configmaps",
+            "persistentvolumeclaims",
+            "services.nodeports",
+            "services.loadbalancers",
+            "cpu",
+            "memory",
+            "ephemeral-storage",
+            "requests.cpu",
+            "requests.memory",
+            "requests.storage",
+            "requests.ephemeral-storage",
+            "limits.cpu",
+            "limits.memory",
+            "limits.ephemeral-storage",
+        ];
+        if !standard_quota.contains(&name) && !name.starts_with("requests.hugepages-") {
+            errs.push(FieldError::invalid(
+                path,
+                &jstr(name),
+                "must be a standard resource for quota",
+            ));
+        }
+    }
+}
+
+fn resource_quota(errs: &mut Errs, o: &Value) {
+    let spec = o.get("spec").unwrap_or(&Value::Null);
+    for (k, v) in obj(spec, "hard").into_iter().flatten() {
+        let p = key("spec.hard", k);
+        quota_resource_name(errs, k, &p);
+        quantity_value(errs, k, v, &p);
+    }
+    let scopes: Vec<&str> = arr(spec, "scopes")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    for sc in &scopes {
+        if !QUOTA_SCOPES.contains(sc) {
+            errs.push(FieldError::invalid_shown(
+                "spec.scopes",
+                &gofmt::typed_string_slice("core.ResourceQuotaScope", spec.get("scopes")),
+                "unsupported scope",
+            ));
+        }
+    }
+    for (a, b) in [
+        ("BestEffort", "NotBestEffort"),
+        ("Terminating", "NotTerminating"),
+    ] {
+        if scopes.contains(&a) && scopes.contains(&b) {
+            errs.push(FieldError::invalid_shown(
+                "spec.scopes",
+                &gofmt::typed_string_slice("core.ResourceQuotaScope", spec.get("scopes")),
+                "conflicting scopes",
+            ));
+        }
+    }
+    if let Some(sel) = get(spec, "scopeSelector") {
+        for r in arr(sel, "matchExpressions") {
+            let p = "spec.scopeSelector.matchExpressions";
+            let scope = s(r, "scopeName");
+            if !QUOTA_SCOPES.contains(&scope) {
+                errs.push(FieldError::invalid(
+                    format!("{p}.scopeName"),
+                    &jstr(scope),
+                    "unsupported scope",
+                ));
+            }
+            let values = arr(r, "values");
+            match s(r, "operator") {
+                "In" | "NotIn" if values.is_empty() => errs.push(FieldError::required(format!("{p}.values"), "must be at least one value when `operator` is 'In' or 'NotIn' for scope selector")),
+                "Exists" | "DoesNotExist" if !values.is_empty() => errs.push(FieldError::invalid_shown(format!("{p}.values"), &gofmt::string_slice(r.get("values")), "must be no value when `operator` is 'Exist' or 'DoesNotExist' for scope selector")),
+                "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
+                op => errs.push(FieldError::invalid(format!("{p}.operator"), &jstr(op), "not a valid selector operator")),
+            }
+        }
+    }
+}
+
+/// `ValidatePersistentVolumeClaimSpec`.
+pub fn pvc_spec(errs: &mut Errs, spec: &Value, path: &str) {
+    let modes = arr(spec, "accessModes");
+    if modes.is_empty() {
+        errs.push(FieldError::required(
+            child(path, "accessModes"),
+            "at least 1 access mode is required",
+        ));
+    }
+    meta::label_selector(errs, get(spec, "selector"), &child(path, "selector"));
+    access_modes(errs, modes, &child(path, "accessModes"));
+    let sp = key(&child(path, "resources"), "storage");
+    match spec.pointer("/resources/requests/storage") {
+        None => errs.push(FieldError::required(sp, "")),
+        Some(v) => match quantity::parse_value(v) {
+            Some(q) if q.nanos <= 0 => errs.push(FieldError::invalid(
+                &sp,
+                &jstr(&q.canonical()),
+                "must be greater than zero",
+            )),
+            Some(_) => {}
+            None => errs.push(FieldError::invalid(&sp, v, quantity::QUANTITY_FORMAT_ERROR)),
+        },
+    }
+    if let Some(sc) = spec
+        .get("storageClassName")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+    {
+        super::name_ref(
+            errs,
+            names::name_is_dns_subdomain,
+            sc,
+            &child(path, "storageClassName"),
+        );
+    }
+    if let Some(vm) = spec.get("volumeMode").and_then(Value::as_str) {
+        if vm != "Block" && vm != "Filesystem" {
+            errs.push(FieldError::not_supported(
+                child(path, "volumeMode"),
+                &jstr(vm),
+                &["Block", "Filesystem"],
+            ));
+        }
+    }
+    for f in ["dataSource", "dataSourceRef"] {
+        if let Some(ds) = get(spec, f) {
+            let p = child(path, f);
+            if s(ds, "name").is_empty() {
+                errs.push(FieldError::required(child(&p, "name"), ""));
+            }
+            if s(ds, "kind").is_empty() {
+                errs.push(FieldError::required(child(&p, "kind"), ""));
+            }
+            let group = s(ds, "apiGroup");
+            if group.is_empty()
+                && s(ds, "kind") != "PersistentVolumeClaim"
+                && !s(ds, "kind").is_empty()
+            {
+                errs.push(FieldError::invalid(
+                    &p,
+                    &jstr(s(ds, "kind")),
+                    "must be 'PersistentVolumeClaim' when referencing the default apiGroup",
+                ));
+            }
+        }
+    }
+}
+
+fn access_modes(errs: &mut Errs, modes: &[Value], path: &str) {
+    let (mut rwop, mut other) = (false, false);
+    for m in modes {
+        let m = m.as_str().unwrap_or("");
+        if !ACCESS_MODES.contains(&m) {
+            errs.push(FieldError::not_supported(path, &jstr(m), ACCESS_MODES));
+        } else if m == "ReadWriteOncePod" {
+            rwop = true;
+        } else {
+            other = true;
+        }
+    }
+    if rwop && other {
+        errs.push(FieldError::forbidden(
+            path,
+            "may not use ReadWriteOncePod with other access modes",
+        ));
+    }
+}
+
+fn pv(errs: &mut Errs, o: &Value) {
+    let spec = o.get("spec").unwrap_or(&Value::Null);
+    let modes = arr(spec, "accessModes");
+    if modes.is_empty() {
+        errs.push(FieldError::required("spec.accessModes", ""));
+    }
+    access_modes(errs, modes, "spec.accessModes");
+    match obj(spec, "capacity") {
+        None => errs.push(FieldError::required("spec.capacity", "")),
+        Some(c) if c.is_empty() => errs.push(FieldError::required("spec.capacity", "")),
+        Some(c) => {
+            if !c.contains_key("storage") || c.len() > 1 {
+                let keys: Vec<String> = c.keys().cloned().collect();
+                errs.push(FieldError::not_supported_shown(
+                    "spec.capacity",
+                    &format!(
+                        "[]core.ResourceName{{{}}}",
+                        keys.iter()
+                            .map(|k| crate::field::go_quote(k))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                    &["storage"],
+                ));
+            }
+            for (k, v) in c {
+                let p = key("spec.capacity", k);
+                if let Some(q) = quantity_value(errs, k, v, &p) {
+                    if q.nanos <= 0 {
+                        errs.push(FieldError::invalid(
+                            &p,
+                            &jstr(&q.canonical()),
+                            "must be greater than zero",
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    if let Some(p) = spec
+        .get("persistentVolumeReclaimPolicy")
+        .and_then(Value::as_str)
+    {
+        if !["Delete", "Recycle", "Retain"].contains(&p) {
+            errs.push(FieldError::not_supported(
+                "spec.persistentVolumeReclaimPolicy",
+                &jstr(p),
+                &["Delete", "Recycle", "Retain"],
+            ));
+        }
+    }
+    if let Some(sc) = spec
+        .get("storageClassName")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+    {
+        super::name_ref(
+            errs,
+            names::name_is_dns_subdomain,
+            sc,
+            "spec.storageClassName",
+        );
+    }
+    let sources = [
+        "gcePersistentDisk",
+        "awsElasticBlockStore",
+        "hostPath",
+        "glusterfs",
+        "nfs",
+        "rbd",
+        "quobyte",
+        "iscsi",
+        "cinder",
+        "cephfs",
+        "fc",
+        "flocker",
+        "flexVolume",
+        "azureFile",
+        "vsphereVolume",
+        "azureDisk",
+        "photonPersistentDisk",
+        "portworxVolume",
+        "scaleIO",
+        "local",
+        "storageos",
+        "csi",
+    ];
+    let mut n = 0;
+    for src in sources {
+        let Some(v) = get(spec, src) else {
+            continue;
+        };
+        let p = child("spec", src);
+        if n > 0 {
+            errs.push(FieldError::forbidden(
+                p,
+                "may not specify more than 1 volume type",
+            ));
+            continue;
+        }
+        n += 1;
+        match src {
+            "hostPath" | "local" => {
+                let hp = s(v, "path");
+                if hp.is_empty() {
+                    errs.push(FieldError::required(child(&p, "path"), ""));
+                } else if hp.split('/').any(|x| x == "..") {
+                    errs.push(FieldError::invalid(
+                        child(&p, "path"),
+                        &jstr(hp),
+                        "must not contain '..'",
+                    ));
+                }
+                if src == "local" && get(spec, "nodeAffinity").is_none() {
+                    errs.push(FieldError::required(
+                        "spec.nodeAffinity",
+                        "Local volume requires node affinity",
+                    ));
+                }
+            }
+            "nfs" => {
+                if s(v, "server").is_empty() {
+                    errs.push(FieldError::required(child(&p, "server"), ""));
+                }
+                let np = s(v, "path");
+                if np.is_empty() {
+                    errs.push(FieldError::required(child(&p, "path"), ""));
+                }
+                if !np.starts_with('/') {
+                    errs.push(FieldError::invalid(
+                        child(&p, "path"),
+                        &jstr(np),
+                        "must be an absolute path",
+                    ));
+                }
+            }
+            "csi" => {
+                if s(v, "driver").is_empty() {
+                    errs.push(FieldError::required(child(&p, "driver"), ""));
+                }
+                if s(v, "volumeHandle").is_empty() {
+                    errs.push(FieldError::required(child(&p, "volumeHandle"), ""));
+                }
+            }
+            _ => {}
+        }
+    }
+    if n == 0 {
+        errs.push(FieldError::required("spec", "must specify a volume type"));
+    }
+    if let Some(vm) = spec.get("volumeMode").and_then(Value::as_str) {
+        if vm != "Block" && vm != "Filesystem" {
+            errs.push(FieldError::not_supported(
+                "spec.volumeMode",
+                &jstr(vm),
+                &["Block", "Filesystem"],
+            ));
+        }
+    }
+}
+
+/// Update rules of the core kinds other than Pods and Services.
+pub fn validate_update(errs: &mut Errs, kind: &str, new: &Value, old: &Value) {
+    match kind {
+        "ConfigMap" | "Secret" => {
+            if kind == "Secret" && s(new, "type") != s(old, "type") {
+                errs.push(FieldError::immutable_shown(
+                    "type",
+                    &crate::field::go_quote(s(new, "type")),
+                ));
+            }
+            if super::flag(old, "immutable") {
+                if !super::flag(new, "immutable") {
+                    errs.push(FieldError::forbidden(
+                        "immutable",
+                        "field is immutable when `immutable` is set",
+                    ));
+                }
+                let fields: &[&str] = if kind == "Secret" {
+                    &["data"]
+                } else {
+                    &["data", "binaryData"]
+                };
+                for f in fields {
+                    fn nonempty(v: Option<&Value>) -> Option<&Value> {
+                        v.filter(|x| x.as_object().is_some_and(|m| !m.is_empty()))
+                    }
+                    if nonempty(new.get(*f)) != nonempty(old.get(*f)) {
+                        errs.push(FieldError::forbidden(
+                            *f,
+                            "field is immutable when `immutable` is set",
+                        ));
+                    }
+                }
+            }
+        }
+        "Node" => {
+            let (ns, os) = (
+                new.get("spec").unwrap_or(&Value::Null),
+                old.get("spec").unwrap_or(&Value::Null),
+            );
+            let (nc, oc) = (arr(ns, "podCIDRs"), arr(os, "podCIDRs"));
+            if !oc.is_empty() && nc != oc {
+                errs.push(FieldError::forbidden(
+                    "spec.podCIDRs",
+                    "node updates may not change podCIDR except from \"\" to valid",
+                ));
+            }
+            let op = s(os, "providerID");
+            if !op.is_empty() && op != s(ns, "providerID") {
+                errs.push(FieldError::forbidden(
+                    "spec.providerID",
+                    "node updates may not change providerID except from \"\" to valid",
+                ));
+            }
+            if s(ns, "externalID") != s(os, "externalID") {
+                errs.push(FieldError::forbidden(
+                    "spec.externalID",
+                    "may not be updated",
+                ));
+            }
+        }
+        "PersistentVolumeClaim" => pvc_update(errs, new, old),
+        "PersistentVolume" => {
+            let strip = |v: &Value| {
+                let mut spec = v.get("spec").cloned().unwrap_or(Value::Null);
+                if let Some(m) = spec.as_object_mut() {
+                    for f in [
+                        "accessModes",
+                        "capacity",
+                        "claimRef",
+                        "persistentVolumeReclaimPolicy",
+                        "storageClassName",
+                        "mountOptions",
+                        "volumeMode",
+                        "nodeAffinity",
+                        "volumeAttributesClassName",
+                    ] {
+                        m.remove(f);
+                    }
+                }
+                spec
+            };
+            if strip(new) != strip(old) {
+                errs.push(FieldError::forbidden(
+                    "spec.persistentvolumesource",
+                    "spec.persistentvolumesource is immutable after creation\n",
+                ));
+            }
+            let (nv, ov) = (
+                new.pointer("/spec/volumeMode"),
+                old.pointer("/spec/volumeMode"),
+            );
+            if nv != ov {
+                errs.push(FieldError::immutable_shown(
+                    "volumeMode",
+                    &nv.and_then(Value::as_str)
+                        .map_or("\"null\"".into(), crate::field::go_quote),
+                ));
+            }
+            let (na, oa) = (
+                new.pointer("/spec/nodeAffinity"),
+                old.pointer("/spec/nodeAffinity"),
+            );
+            if oa.is_some_and(|v| !v.is_null()) && na != oa {
+                errs.push(FieldError::invalid_shown(
+                    "nodeAffinity",
+                    "&core.VolumeNodeAffinity{...}",
+                    "field is immutable",
+                ));
+            }
+        }
+        "ResourceQuota" => {
+            let set = |v: &Value| -> BTreeSet<String> {
+                v.pointer("/spec/scopes")
+                    .and_then(Value::as_array)
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(Value::as_str)
+                            .map(String::from)
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            };
+            if set(new) != set(old) {
+                errs.push(FieldError::immutable_shown(
+                    "spec.scopes",
+                    &gofmt::typed_string_slice(
+                        "core.ResourceQuotaScope",
+                        new.pointer("/spec/scopes"),
+                    ),
+                ));
+            }
+        }
+        _ => {}
+    }
+}
+
+fn pvc_update(errs: &mut Errs, new: &Value, old: &Value) {
+    let (ns, os) = (
+        new.get("spec").cloned().unwrap_or(Value::Null),
+        old.get("spec").cloned().unwrap_or(Value::Null),
+    );
+    let (mut n, mut o) = (ns.clone(), os.clone());
+    let bound = new.pointer("/status/phase").and_then(Value::as_str) == Some("Bound");
+    if let (Some(nm), Some(om)) = (n.as_object_mut(), o.as_object_mut()) {
+        if s(&os, "volumeName").is_empty() {
+            match nm.get("volumeName") {
+                Some(v) => {
+                    om.insert("volumeName".into(), v.clone());
+                }
+                None => {
+                    om.remove("volumeName");
+                }
+            }
+        }
+        if bound {
+            let old_storage = os.pointer("/resources/requests/storage").cloned();
+            if let Some(req) = nm
+                .get_mut("resources")
+                .and_then(|r| r.get_mut("requests"))
+                .and_then(Value::as_object_mut)
+            {
+                match old_storage {
+                    Some(v) => {
+                        req.insert("storage".into(), v);
+                    }
+                    None => {
+                        req.remove("storage");
+                    }
+                }
+            }
+            if nm.contains_key("volumeAttributesClassName") {
+                match om.get("volumeAttributesClassName") {
+                    Some(v) => {
+                        nm.insert("volumeAttributesClassName".into(), v.clone());
+                    }
+                    None => {
+                        nm.remove("volumeAttributesClassName");
+                    }
+                }
+            }
+        }
+        let old_sc_ann = old
+            .pointer("/metadata/annotations/volume.beta.kubernetes.io~1storage-class")
+            .and_then(Value::as_str);
+        if om.get("storageClassName").is_none_or(Value::is_null)
+            && nm.get("storageClassName").is_some()
+            && old_sc_ann
+                .is_none_or(|a| nm.get("storageClassName").and_then(Value::as_str) == Some(a))
+        {
+            nm.remove("storageClassName");
+            om.remove("storageClassName");
+        }
+    }
+    if n != o {
+        errs.push(FieldError::forbidden("spec", "spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims\n  core.PersistentVolumeClaimSpec{\n  }\n"));
+    }
+    let q = |v: &Value| {
+        v.pointer("/resources/requests/storage")
+            .and_then(quantity::parse_value)
+    };
+    if let (Some(nq), Some(oq)) = (q(&ns), q(&os)) {
+        if nq.nanos < oq.nanos {
+            errs.push(FieldError::forbidden(
+                "spec.resources.requests.storage",
+                "field can not be less than previous value",
+            ));
+        }
+    }
+    if ns.get("volumeMode") != os.get("volumeMode") {
+        errs.push(FieldError::immutable_shown(
+            "volumeMode",
+            &ns.get("volumeMode")
+                .and_then(Value::as_str)
+                .map_or("\"null\"".into(), crate::field::go_quote),
+        ));
+    }
+}

@@ -1,0 +1,242 @@
+//! Pod updates (`ValidatePodUpdate`): the spec is immutable except container images,
+//! activeDeadlineSeconds (only down), tolerations (only additions), scheduling gates (only
+//! removals) and a few relaxations.
+
+use serde_json::{Map, Value};
+
+use super::{arr, child, get, idx, int, jstr, s, Errs};
+use crate::field::FieldError;
+
+const UPDATABLE: &str = "pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)";
+
+/// `ValidatePodUpdate` (metadata update rules are checked by the caller).
+pub fn pod_update(errs: &mut Errs, new: &Value, old: &Value) {
+    let ns = new.get("spec").unwrap_or(&Value::Null);
+    let os = old.get("spec").unwrap_or(&Value::Null);
+    annotation_updates(errs, new, old);
+    for list in ["containers", "initContainers"] {
+        let (n, o) = (arr(ns, list), arr(os, list));
+        let p = format!("spec.{list}");
+        if n.len() != o.len() {
+            errs.push(FieldError::forbidden(
+                p,
+                "pod updates may not add or remove containers",
+            ));
+            return;
+        }
+        for (i, c) in n.iter().enumerate() {
+            let image = s(c, "image");
+            if image.is_empty() {
+                errs.push(FieldError::required(child(&idx(&p, i), "image"), ""));
+            }
+            if image.trim() != image {
+                errs.push(FieldError::invalid(
+                    child(&idx(&p, i), "image"),
+                    &jstr(image),
+                    "must not have leading or trailing whitespace",
+                ));
+            }
+        }
+    }
+    match (
+        int(ns, "activeDeadlineSeconds"),
+        int(os, "activeDeadlineSeconds"),
+    ) {
+        (Some(n), old_ads) => {
+            if !(0..=i32::MAX as i64).contains(&n) {
+                errs.push(FieldError::invalid(
+                    "spec.activeDeadlineSeconds",
+                    &Value::from(n),
+                    &super::names::inclusive_range_error(0, i32::MAX as i64),
+                ));
+                return;
+            }
+            if old_ads.is_some_and(|o| o < n) {
+                errs.push(FieldError::invalid(
+                    "spec.activeDeadlineSeconds",
+                    &Value::from(n),
+                    "must be less than or equal to previous value",
+                ));
+                return;
+            }
+        }
+        (None, Some(_)) => errs.push(FieldError::invalid_shown(
+            "spec.activeDeadlineSeconds",
+            "\"null\"",
+            "must not update from a positive integer to nil value",
+        )),
+        (None, None) => {}
+    }
+    only_added_tolerations(errs, arr(ns, "tolerations"), arr(os, "tolerations"));
+    let old_gates: Vec<&str> = arr(os, "schedulingGates")
+        .iter()
+        .map(|g| s(g, "name"))
+        .collect();
+    for (i, g) in arr(ns, "schedulingGates").iter().enumerate() {
+        if !old_gates.contains(&s(g, "name")) {
+            errs.push(FieldError::forbidden(
+                format!("spec.schedulingGates[{i}].name"),
+                &format!(
+                    "only deletion is allowed, but found new scheduling gate '{}'",
+                    s(g, "name")
+                ),
+            ));
+        }
+    }
+    if ns == os {
+        return;
+    }
+    let mut munged = ns.clone();
+    if let Some(m) = munged.as_object_mut() {
+        for list in ["containers", "initContainers"] {
+            if let Some(cs) = m.get_mut(list).and_then(Value::as_array_mut) {
+                for (i, c) in cs.iter_mut().enumerate() {
+                    if let (Some(c), Some(img)) = (
+                        c.as_object_mut(),
+                        arr(os, list).get(i).and_then(|o| o.get("image")),
+                    ) {
+                        c.insert("image".into(), img.clone());
+                    }
+                }
+            }
+        }
+        for f in ["activeDeadlineSeconds", "schedulingGates", "tolerations"] {
+            copy(m, os, f);
+        }
+        let old_grace = int(os, "terminationGracePeriodSeconds");
+        if old_grace.is_some_and(|g| g < 0) && int(ns, "terminationGracePeriodSeconds") == Some(1) {
+            copy(m, os, "terminationGracePeriodSeconds");
+        }
+        if !arr(os, "schedulingGates").is_empty() {
+            gated_node_selector(errs, m, os);
+            if get(ns, "affinity").and_then(|a| a.get("nodeAffinity"))
+                != get(os, "affinity").and_then(|a| a.get("nodeAffinity"))
+            {
+                if let Some(a) = m.get_mut("affinity").and_then(Value::as_object_mut) {
+                    match get(os, "affinity").and_then(|a| a.get("nodeAffinity")) {
+                        Some(na) => {
+                            a.insert("nodeAffinity".into(), na.clone());
+                        }
+                        None => {
+                            a.remove("nodeAffinity");
+                        }
+                    }
+                    if a.is_empty() && get(os, "affinity").is_none() {
+                        m.remove("affinity");
+                    }
+                }
+            }
+        }
+    }
+    if munged != *os {
+        errs.push(FieldError::forbidden(
+            "spec",
+            &format!("{UPDATABLE}\n{}", diff(os, &munged)),
+        ));
+    }
+}
+
+fn copy(m: &mut Map<String, Value>, from: &Value, f: &str) {
+    match get(from, f) {
+        Some(v) => {
+            m.insert(f.into(), v.clone());
+        }
+        None => {
+            m.remove(f);
+        }
+    }
+}
+
+fn gated_node_selector(errs: &mut Errs, m: &mut Map<String, Value>, os: &Value) {
+    let new_sel = m
+        .get("nodeSelector")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    let old_sel = super::obj(os, "nodeSelector").cloned().unwrap_or_default();
+    if new_sel == old_sel {
+        return;
+    }
+    for (k, v) in &old_sel {
+        if new_sel.get(k) != Some(v) {
+            errs.push(FieldError::invalid_shown(
+                "spec.nodeSelector",
+                &super::gofmt::string_map(m.get("nodeSelector")),
+                "only additions to spec.nodeSelector are allowed (no mutations or deletions)",
+            ));
+            break;
+        }
+    }
+    copy(m, os, "nodeSelector");
+}
+
+fn only_added_tolerations(errs: &mut Errs, new: &[Value], old: &[Value]) {
+    let strip = |t: &Value| {
+        let mut t = t.clone();
+        if let Some(m) = t.as_object_mut() {
+            m.remove("tolerationSeconds");
+        }
+        t
+    };
+    for o in old {
+        let o = strip(o);
+        if !new.iter().any(|n| strip(n) == o) {
+            errs.push(FieldError::forbidden(
+                "spec.tolerations",
+                "existing toleration can not be modified except its tolerationSeconds",
+            ));
+            return;
+        }
+    }
+}
+
+fn annotation_updates(errs: &mut Errs, new: &Value, old: &Value) {
+    let empty = Map::new();
+    let na = new
+        .pointer("/metadata/annotations")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    let oa = old
+        .pointer("/metadata/annotations")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    const MIRROR: &str = "kubernetes.io/config.mirror";
+    let path = super::key("metadata.annotations", MIRROR);
+    match (na.get(MIRROR), oa.get(MIRROR)) {
+        (n, Some(o)) if n != Some(o) => errs.push(FieldError::forbidden(
+            path,
+            "may not remove or update mirror pod annotation",
+        )),
+        (Some(_), None) => errs.push(FieldError::forbidden(
+            path,
+            "may not add mirror pod annotation",
+        )),
+        _ => {}
+    }
+}
+
+/// A short description of what changed between two specs (Kubernetes prints a full
+/// `cmp.Diff` of the internal PodSpec here).
+fn diff(old: &Value, new: &Value) -> String {
+    let mut lines = vec!["  core.PodSpec{".to_string()];
+    let empty = Map::new();
+    let (o, n) = (
+        old.as_object().unwrap_or(&empty),
+        new.as_object().unwrap_or(&empty),
+    );
+    let mut keys: Vec<&String> = o.keys().chain(n.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    for k in keys {
+        if o.get(k) != n.get(k) {
+            if let Some(v) = o.get(k) {
+                lines.push(format!("- \t{k}: {v},"));
+            }
+            if let Some(v) = n.get(k) {
+                lines.push(format!("+ \t{k}: {v},"));
+            }
+        }
+    }
+    lines.push("  }".to_string());
+    lines.join("\n") + "\n"
+}

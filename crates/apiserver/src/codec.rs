@@ -1,0 +1,219 @@
+//! Bodies in and out: decoding JSON and YAML requests, the stored form of objects, and adding
+//! `metadata.resourceVersion` to stored bytes without re-serializing them.
+//!
+//! Objects are stored as JSON with `metadata` as the first field and no `resourceVersion`
+//! (the store revision is the resource version). Because the stored bytes always begin with
+//! `{"metadata":{`, the wire form is made by splicing `"resourceVersion":"N"` in right there.
+
+use bytes::{BufMut, Bytes, BytesMut};
+use serde_json::{Map, Value};
+
+use crate::error::ApiError;
+
+/// Largest request body accepted (Kubernetes' limit).
+pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+/// Deepest nesting accepted in a body.
+pub const MAX_DEPTH: usize = 100;
+
+const STORED_PREFIX: &[u8] = b"{\"metadata\":{";
+
+/// The media type of a request body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyType {
+    Json,
+    Yaml,
+}
+
+/// Which body formats a Content-Type names.
+pub fn body_type(content_type: &str) -> Result<BodyType, ApiError> {
+    let base = content_type
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    match base.as_str() {
+        "" | "application/json" | "*/*" => Ok(BodyType::Json),
+        "application/yaml" | "application/x-yaml" | "text/yaml" => Ok(BodyType::Yaml),
+        _ => Err(ApiError::unsupported_media_type(content_type)),
+    }
+}
+
+/// Parse a request body into a JSON object.
+pub fn decode_body(body: &[u8], kind: BodyType) -> Result<Value, ApiError> {
+    if body.len() > MAX_BODY_BYTES {
+        return Err(ApiError::too_large());
+    }
+    let value: Value = match kind {
+        BodyType::Json => {
+            check_depth(body)?;
+            serde_json::from_slice(body).map_err(|e| {
+                ApiError::bad_request(format!(
+                    "Object 'Kind' is missing in '{}': {e}",
+                    String::from_utf8_lossy(&body[..body.len().min(200)])
+                ))
+            })?
+        }
+        BodyType::Yaml => {
+            check_depth(body)?;
+            let v: serde_yaml::Value = serde_yaml::from_slice(body).map_err(|e| {
+                ApiError::bad_request(format!("error converting YAML to JSON: {e}"))
+            })?;
+            serde_json::to_value(v)
+                .map_err(|e| ApiError::bad_request(format!("error converting YAML to JSON: {e}")))?
+        }
+    };
+    Ok(value)
+}
+
+/// Reject bodies nested deeper than [`MAX_DEPTH`] before parsing them (cheap byte scan that
+/// ignores brackets inside strings).
+fn check_depth(body: &[u8]) -> Result<(), ApiError> {
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    for &b in body {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' | b'[' => {
+                depth += 1;
+                if depth > MAX_DEPTH {
+                    return Err(ApiError::bad_request(format!(
+                        "the object is nested more than {MAX_DEPTH} levels deep"
+                    )));
+                }
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The stored form of an object: `metadata` first, without `resourceVersion`.
+pub fn encode_for_store(obj: &Value) -> Bytes {
+    let mut out = Vec::with_capacity(1024);
+    out.extend_from_slice(b"{\"metadata\":");
+    let empty = Map::new();
+    let map = obj.as_object().unwrap_or(&empty);
+    match map.get("metadata").and_then(Value::as_object) {
+        Some(md) if md.contains_key("resourceVersion") => {
+            let mut md = md.clone();
+            md.remove("resourceVersion");
+            serde_json::to_writer(&mut out, &md).expect("maps serialize");
+        }
+        Some(md) => serde_json::to_writer(&mut out, md).expect("maps serialize"),
+        None => out.extend_from_slice(b"{}"),
+    }
+    for (k, v) in map {
+        if k == "metadata" {
+            continue;
+        }
+        out.push(b',');
+        serde_json::to_writer(&mut out, k).expect("strings serialize");
+        out.push(b':');
+        serde_json::to_writer(&mut out, v).expect("values serialize");
+    }
+    out.push(b'}');
+    out.into()
+}
+
+/// The wire form of a stored object at revision `rev`.
+pub fn with_resource_version(stored: &[u8], rev: i64) -> Bytes {
+    let mut out = BytesMut::with_capacity(stored.len() + 40);
+    if let Some(rest) = stored.strip_prefix(STORED_PREFIX) {
+        out.put_slice(STORED_PREFIX);
+        out.put_slice(b"\"resourceVersion\":\"");
+        out.put_slice(itoa(rev).as_bytes());
+        out.put_u8(b'"');
+        if rest.first() != Some(&b'}') {
+            out.put_u8(b',');
+        }
+        out.put_slice(rest);
+        return out.freeze();
+    }
+    // Not in our stored form (written by something else): re-serialize.
+    match serde_json::from_slice::<Value>(stored) {
+        Ok(mut v) if v.is_object() => {
+            capstan_api::meta::set_meta_str(&mut v, "resourceVersion", &rev.to_string());
+            serde_json::to_vec(&v).unwrap_or_default().into()
+        }
+        _ => Bytes::copy_from_slice(stored),
+    }
+}
+
+/// Parse a stored object and set its resourceVersion.
+pub fn decode_stored(stored: &[u8], rev: i64) -> Result<Value, ApiError> {
+    let mut v: Value = serde_json::from_slice(stored)
+        .map_err(|e| ApiError::internal(format!("stored object is not valid JSON: {e}")))?;
+    if !v.is_object() {
+        return Err(ApiError::internal("stored object is not a JSON object"));
+    }
+    capstan_api::meta::set_meta_str(&mut v, "resourceVersion", &rev.to_string());
+    Ok(v)
+}
+
+fn itoa(n: i64) -> String {
+    n.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn stored_form_round_trips_with_resource_version() {
+        let obj = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "resourceVersion": "7"}, "data": {"k": "v"}});
+        let stored = encode_for_store(&obj);
+        assert!(stored.starts_with(STORED_PREFIX));
+        assert!(!String::from_utf8_lossy(&stored).contains("\"7\""));
+        let wire: Value = serde_json::from_slice(&with_resource_version(&stored, 42)).unwrap();
+        assert_eq!(wire["metadata"]["resourceVersion"], "42");
+        assert_eq!(wire["data"]["k"], "v");
+        assert_eq!(wire["metadata"]["name"], "a");
+    }
+
+    #[test]
+    fn empty_metadata_splices_without_a_trailing_comma() {
+        let stored = encode_for_store(&json!({"kind": "X"}));
+        let wire: Value = serde_json::from_slice(&with_resource_version(&stored, 1)).unwrap();
+        assert_eq!(wire["metadata"]["resourceVersion"], "1");
+    }
+
+    #[test]
+    fn bodies_decode_and_bad_ones_are_400() {
+        let v = decode_body(b"kind: Pod\nmetadata:\n  name: a\n", BodyType::Yaml).unwrap();
+        assert_eq!(v["metadata"]["name"], "a");
+        assert_eq!(decode_body(b"{bad", BodyType::Json).unwrap_err().code, 400);
+        let deep = "[".repeat(200) + &"]".repeat(200);
+        assert_eq!(
+            decode_body(deep.as_bytes(), BodyType::Json)
+                .unwrap_err()
+                .code,
+            400
+        );
+        let inside = format!("{{\"a\":\"{}\"}}", "[".repeat(500));
+        assert!(decode_body(inside.as_bytes(), BodyType::Json).is_ok());
+        assert_eq!(
+            body_type("application/json; charset=utf-8").unwrap(),
+            BodyType::Json
+        );
+        assert_eq!(
+            body_type("application/vnd.kubernetes.protobuf")
+                .unwrap_err()
+                .code,
+            415
+        );
+    }
+}

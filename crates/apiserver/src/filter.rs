@@ -1,0 +1,109 @@
+//! Which objects a list or watch wants: namespace, label selector, field selector.
+
+use capstan_api::catalogue::ResourceInfo;
+use capstan_api::selector::field::FieldSelector;
+use capstan_api::selector::label::LabelSelector;
+
+use crate::error::{ApiError, ApiResult};
+use crate::watch_cache::{CacheEvent, CachedObject, EventType};
+
+/// A list/watch filter. Cheap to evaluate against a cached object.
+#[derive(Debug, Clone)]
+pub struct Filter {
+    pub namespace: Option<String>,
+    pub labels: Option<LabelSelector>,
+    pub fields: Option<FieldSelector>,
+    /// The exact `spec.nodeName` the field selector asks for, if any (indexed).
+    node_name: Option<String>,
+}
+
+impl Filter {
+    pub fn everything() -> Filter {
+        Filter {
+            namespace: None,
+            labels: None,
+            fields: None,
+            node_name: None,
+        }
+    }
+
+    /// Build from query parameters, checking the selectors against the kind.
+    pub fn new(
+        info: &ResourceInfo,
+        namespace: &str,
+        label_selector: &str,
+        field_selector: &str,
+    ) -> ApiResult<Filter> {
+        let labels = if label_selector.trim().is_empty() {
+            None
+        } else {
+            Some(
+                LabelSelector::parse(label_selector)
+                    .map_err(|e| ApiError::bad_request(e.to_string()))?,
+            )
+        };
+        let fields = if field_selector.trim().is_empty() {
+            None
+        } else {
+            let fs = FieldSelector::parse(field_selector)
+                .map_err(|e| ApiError::bad_request(e.to_string()))?;
+            for req in fs.requirements() {
+                capstan_api::fields::check(info.group, info.kind, &req.field)
+                    .map_err(ApiError::bad_request)?;
+            }
+            Some(fs)
+        };
+        let node_name = fields
+            .as_ref()
+            .and_then(|f| f.exact_match("spec.nodeName"))
+            .map(str::to_string);
+        Ok(Filter {
+            namespace: (!namespace.is_empty()).then(|| namespace.to_string()),
+            labels,
+            fields,
+            node_name,
+        })
+    }
+
+    pub fn node_name(&self) -> Option<&str> {
+        self.node_name.as_deref()
+    }
+
+    pub fn matches(&self, obj: &CachedObject) -> bool {
+        if let Some(ns) = &self.namespace {
+            if &obj.namespace != ns {
+                return false;
+            }
+        }
+        if let Some(l) = &self.labels {
+            if !l.matches(&obj.labels) {
+                return false;
+            }
+        }
+        if let Some(f) = &self.fields {
+            if !f.matches(|field| match field {
+                "metadata.name" => Some(obj.name.clone()),
+                "metadata.namespace" => Some(obj.namespace.clone()),
+                other => obj.field(other).map(str::to_string),
+            }) {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// How a watcher with this filter sees `ev`: an update into or out of the filter becomes
+    /// an ADDED or DELETED, as in Kubernetes.
+    pub fn event_type(&self, ev: &CacheEvent) -> Option<EventType> {
+        let now = ev.kind != EventType::Deleted && self.matches(&ev.obj);
+        let before = ev.prev.as_ref().is_some_and(|p| self.matches(p));
+        match (ev.kind, before, now) {
+            (EventType::Deleted, true, _) => Some(EventType::Deleted),
+            (EventType::Deleted, false, _) => None,
+            (_, true, true) => Some(EventType::Modified),
+            (_, false, true) => Some(EventType::Added),
+            (_, true, false) => Some(EventType::Deleted),
+            (_, false, false) => None,
+        }
+    }
+}

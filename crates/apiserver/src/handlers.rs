@@ -1,0 +1,741 @@
+//! HTTP handlers for resource requests: the verbs get, list, watch, create, update, patch,
+//! delete and deletecollection over a [`Registry`], with Kubernetes' query parameters, content
+//! negotiation (JSON, Table) and `Status` errors.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use capstan_api::meta;
+use http::{HeaderMap, HeaderValue, Response, StatusCode};
+use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
+use hyper::body::Frame;
+use serde_json::{json, Value};
+
+use crate::codec::{self, BodyType};
+use crate::error::{ApiError, ApiResult};
+use crate::filter::Filter;
+use crate::registry::{DeleteOptions, Deleted, Registry, WriteOptions, Written};
+use crate::request::{Query, RequestInfo};
+use crate::tables;
+use crate::watch_cache::WatchItem;
+
+pub type Body = BoxBody<Bytes, Infallible>;
+
+/// What the client accepts back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    Json,
+    /// meta.k8s.io/v1 Table (kubectl get).
+    Table(tables::IncludeObject),
+    /// PartialObjectMetadata(List): metadata only.
+    Metadata,
+}
+
+/// Decide the output form from the Accept header. Err is a 406.
+pub fn negotiate(accept: &str, query: &Query) -> ApiResult<Output> {
+    if accept.trim().is_empty() {
+        return Ok(Output::Json);
+    }
+    let mut json_ok = false;
+    for part in accept.split(',') {
+        let p = part.replace(' ', "");
+        let base = p.split(';').next().unwrap_or("");
+        if !(base == "application/json"
+            || base == "*/*"
+            || base == "application/*"
+            || base == "application/yaml")
+        {
+            continue;
+        }
+        if p.contains("as=Table") {
+            let include = match query.str("includeObject") {
+                "Object" => tables::IncludeObject::Object,
+                "None" => tables::IncludeObject::None,
+                _ => tables::IncludeObject::Metadata,
+            };
+            return Ok(Output::Table(include));
+        }
+        if p.contains("as=PartialObjectMetadata") {
+            return Ok(Output::Metadata);
+        }
+        if !p.contains("as=") {
+            json_ok = true;
+        }
+    }
+    if json_ok {
+        Ok(Output::Json)
+    } else {
+        Err(ApiError::new(
+            406,
+            "NotAcceptable",
+            "only the following media types are accepted: application/json, application/yaml, application/json;as=Table;v=v1;g=meta.k8s.io",
+        ))
+    }
+}
+
+pub fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into()).boxed()
+}
+
+pub fn json_response(code: u16, body: impl Into<Bytes>) -> Response<Body> {
+    let mut r = Response::new(full(body));
+    *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::OK);
+    r.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+pub fn value_response(code: u16, v: &Value) -> Response<Body> {
+    json_response(code, serde_json::to_vec(v).unwrap_or_default())
+}
+
+pub fn error_response(e: &ApiError) -> Response<Body> {
+    let mut r = value_response(e.code, &e.status());
+    if let Some(s) = e.retry_after {
+        r.headers_mut()
+            .insert(http::header::RETRY_AFTER, HeaderValue::from(s));
+    }
+    r
+}
+
+/// Everything a resource handler needs from the request.
+pub struct Call<'a> {
+    pub info: &'a RequestInfo,
+    pub query: &'a Query,
+    pub headers: &'a HeaderMap,
+    pub body: Bytes,
+    pub output: Output,
+}
+
+impl Call<'_> {
+    fn header(&self, name: &str) -> &str {
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+    }
+
+    fn write_options(&self) -> ApiResult<WriteOptions> {
+        let dry_run = match self.query.get("dryRun") {
+            None | Some("") => false,
+            Some("All") => true,
+            Some(other) => {
+                return Err(ApiError::bad_request(format!(
+                    "Invalid dry run value: {other:?}; supported values: \"All\""
+                )))
+            }
+        };
+        Ok(WriteOptions {
+            dry_run,
+            field_manager: self.query.str("fieldManager").to_string(),
+        })
+    }
+
+    /// The body as a JSON object.
+    fn object_body(&self) -> ApiResult<Value> {
+        let kind = codec::body_type(self.header("content-type"))?;
+        let v = codec::decode_body(&self.body, kind)?;
+        if !v.is_object() {
+            return Err(ApiError::bad_request(
+                "the body of the request is not a JSON object",
+            ));
+        }
+        Ok(v)
+    }
+}
+
+/// Check and complete apiVersion/kind/namespace of a body against the URL.
+fn check_body(reg: &Registry, call: &Call, obj: &mut Value) -> ApiResult<Vec<String>> {
+    let info = reg.info;
+    let (api_version, kind) = meta::type_meta(obj);
+    let (api_version, kind) = (api_version.to_string(), kind.to_string());
+    let expected_av = info.api_version();
+    if !api_version.is_empty() && api_version != expected_av {
+        return Err(ApiError::bad_request(format!(
+            "the API version in the data ({api_version}) does not match the expected API version ({expected_av})"
+        )));
+    }
+    if !kind.is_empty() && kind != info.kind {
+        return Err(ApiError::bad_request(format!(
+            "the kind in the data ({kind}) does not match the expected kind ({})",
+            info.kind
+        )));
+    }
+    let map = obj.as_object_mut().expect("checked object");
+    map.insert("apiVersion".into(), Value::String(expected_av));
+    map.insert("kind".into(), Value::String(info.kind.to_string()));
+    if let Some(md) = map.get("metadata") {
+        if !md.is_object() && !md.is_null() {
+            return Err(ApiError::bad_request("metadata must be an object"));
+        }
+    }
+    let body_ns = meta::namespace(obj).to_string();
+    if info.namespaced {
+        if !body_ns.is_empty() && body_ns != call.info.namespace {
+            return Err(ApiError::bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request",
+            ));
+        }
+    } else if !body_ns.is_empty() {
+        meta::remove_meta(obj, "namespace");
+    }
+    crate::validation::check_field_validation(reg.info, call.query, obj)
+}
+
+/// Add `Warning: 299 - "..."` headers, as Kubernetes does for fieldValidation=Warn.
+fn with_warnings(mut r: Response<Body>, warnings: &[String]) -> Response<Body> {
+    for w in warnings {
+        let escaped = w.replace('\\', "\\\\").replace('"', "\\\"");
+        if let Ok(v) = HeaderValue::from_str(&format!("299 - \"{escaped}\"")) {
+            r.headers_mut().append(http::header::WARNING, v);
+        }
+    }
+    r
+}
+
+fn written_response(call: &Call, reg: &Registry, code: u16, w: &Written) -> Response<Body> {
+    match call.output {
+        Output::Json => json_response(code, w.json.clone()),
+        Output::Table(include) => value_response(
+            code,
+            &tables::table(reg.info, &[&w.value], include, list_meta(w.rev, None, None)),
+        ),
+        Output::Metadata => value_response(code, &tables::partial_metadata(&w.value)),
+    }
+}
+
+fn list_meta(rev: i64, cont: Option<&str>, remaining: Option<i64>) -> Value {
+    let mut m = json!({"resourceVersion": rev.to_string()});
+    if let Some(c) = cont {
+        m["continue"] = json!(c);
+    }
+    if let Some(r) = remaining {
+        m["remainingItemCount"] = json!(r);
+    }
+    m
+}
+
+pub async fn get(reg: &Registry, call: &Call<'_>) -> ApiResult<Response<Body>> {
+    let w = reg.get(&call.info.namespace, &call.info.name).await?;
+    match call.info.subresource.as_str() {
+        "" | "status" => Ok(written_response(call, reg, 200, &w)),
+        "scale" => Ok(value_response(
+            200,
+            &crate::scale::to_scale(reg.info, &w.value)?,
+        )),
+        other => Err(ApiError::not_found_path().with_message(format!(
+            "the server could not find the requested resource ({other})"
+        ))),
+    }
+}
+
+pub async fn list(reg: &Registry, call: &Call<'_>) -> ApiResult<Response<Body>> {
+    let q = call.query;
+    let filter = Filter::new(
+        reg.info,
+        &call.info.namespace,
+        q.str("labelSelector"),
+        q.str("fieldSelector"),
+    )?;
+    let limit: usize = match q.get("limit") {
+        None | Some("") => 0,
+        Some(l) => l
+            .parse::<i64>()
+            .map_err(|_| ApiError::bad_request(format!("invalid limit: {l}")))?
+            .max(0) as usize,
+    };
+    let rv = q.str("resourceVersion");
+    let rv_match = q.str("resourceVersionMatch");
+    let cont = q.str("continue");
+    if !cont.is_empty() && !rv.is_empty() {
+        return Err(ApiError::bad_request(
+            "specifying resource version is not allowed when using continue",
+        ));
+    }
+    let rv_num = parse_rv(rv)?;
+    if !rv_match.is_empty() && rv.is_empty() {
+        return Err(ApiError::bad_request(
+            "resourceVersionMatch is forbidden unless resourceVersion is provided",
+        ));
+    }
+    let from_store = !cont.is_empty() || rv_match == "Exact" || (limit > 0 && rv != "0");
+    let (items, rev, cont_out, remaining) = if from_store {
+        let at = if rv_match == "Exact" { rv_num } else { 0 };
+        if rv_match == "NotOlderThan" && rv_num > 0 {
+            reg.cache.wait_for(rv_num, Duration::from_secs(3)).await;
+        }
+        let page = reg.list_from_store(&filter, limit, cont, at).await?;
+        (page.items, page.rev, page.continue_token, page.remaining)
+    } else {
+        let fresh = if rv.is_empty() {
+            reg.cache_is_fresh().await
+        } else if rv_num > 0 {
+            if !reg.cache.wait_for(rv_num, Duration::from_secs(3)).await {
+                return Err(ApiError::from_store(
+                    capstan_store::StoreError::FutureRevision {
+                        requested: rv_num,
+                        current: reg.cache.revision(),
+                    },
+                    reg.info,
+                    "",
+                ));
+            }
+            true
+        } else {
+            true
+        };
+        if fresh {
+            let (objs, rev) = reg.cache.list(&filter);
+            (
+                objs.iter().map(|o| o.json.clone()).collect(),
+                rev,
+                None,
+                None,
+            )
+        } else {
+            let page = reg.list_from_store(&filter, 0, "", 0).await?;
+            (page.items, page.rev, None, None)
+        }
+    };
+    let meta = list_meta(rev, cont_out.as_deref(), remaining);
+    match call.output {
+        Output::Json => Ok(json_response(200, list_body(reg, &meta, &items))),
+        Output::Table(include) => {
+            let values: Vec<Value> = items
+                .iter()
+                .filter_map(|b| serde_json::from_slice(b).ok())
+                .collect();
+            let refs: Vec<&Value> = values.iter().collect();
+            Ok(value_response(
+                200,
+                &tables::table(reg.info, &refs, include, meta),
+            ))
+        }
+        Output::Metadata => {
+            let values: Vec<Value> = items
+                .iter()
+                .filter_map(|b| serde_json::from_slice::<Value>(b).ok())
+                .map(|v| tables::partial_metadata(&v))
+                .collect();
+            Ok(value_response(
+                200,
+                &json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": meta, "items": values}),
+            ))
+        }
+    }
+}
+
+/// `{"kind":"PodList",...,"items":[...]}` from already-serialized items.
+fn list_body(reg: &Registry, meta: &Value, items: &[Bytes]) -> Bytes {
+    let size: usize = items.iter().map(|i| i.len() + 1).sum();
+    let mut out = BytesMut::with_capacity(size + 200);
+    out.put_slice(b"{\"kind\":\"");
+    out.put_slice(reg.info.list_kind().as_bytes());
+    out.put_slice(b"\",\"apiVersion\":\"");
+    out.put_slice(reg.info.api_version().as_bytes());
+    out.put_slice(b"\",\"metadata\":");
+    out.put_slice(&serde_json::to_vec(meta).unwrap_or_default());
+    out.put_slice(b",\"items\":[");
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            out.put_u8(b',');
+        }
+        out.put_slice(item);
+    }
+    out.put_slice(b"]}");
+    out.freeze()
+}
+
+fn parse_rv(rv: &str) -> ApiResult<i64> {
+    if rv.is_empty() {
+        return Ok(0);
+    }
+    rv.parse::<i64>()
+        .ok()
+        .filter(|n| *n >= 0)
+        .ok_or_else(|| ApiError::bad_request(format!("invalid resource version: {rv}")))
+}
+
+pub async fn watch(reg: Arc<Registry>, call: &Call<'_>) -> ApiResult<Response<Body>> {
+    let q = call.query;
+    let filter = Filter::new(
+        reg.info,
+        &call.info.namespace,
+        q.str("labelSelector"),
+        q.str("fieldSelector"),
+    )?;
+    let filter = if call.info.name.is_empty() {
+        filter
+    } else {
+        // A watch of one object (kubectl get NAME -w) is a list watch filtered by name.
+        let fs = if q.str("fieldSelector").is_empty() {
+            format!("metadata.name={}", call.info.name)
+        } else {
+            format!(
+                "{},metadata.name={}",
+                q.str("fieldSelector"),
+                call.info.name
+            )
+        };
+        Filter::new(reg.info, &call.info.namespace, q.str("labelSelector"), &fs)?
+    };
+    let rv = q.str("resourceVersion");
+    let rv_num = parse_rv(rv)?;
+    let send_initial = q.flag("sendInitialEvents");
+    let bookmarks = q.flag("allowWatchBookmarks");
+    if send_initial && q.str("resourceVersionMatch") != "NotOlderThan" {
+        return Err(ApiError::invalid(
+            reg.info,
+            "",
+            vec![crate::error::FieldError::forbidden(
+                "resourceVersionMatch",
+                "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+            )],
+        ));
+    }
+    let from = if rv.is_empty() || rv == "0" || send_initial {
+        if rv.is_empty() {
+            reg.cache_is_fresh().await;
+        } else if rv_num > 0 {
+            reg.cache.wait_for(rv_num, Duration::from_secs(3)).await;
+        }
+        None
+    } else {
+        if rv_num > reg.cache.revision() {
+            reg.cache.wait_for(rv_num, Duration::from_secs(3)).await;
+        }
+        Some(rv_num)
+    };
+    let timeout = match q.get("timeoutSeconds") {
+        Some(t) if !t.is_empty() => Duration::from_secs(
+            t.parse::<u64>()
+                .map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds: {t}")))?,
+        ),
+        _ => Duration::from_secs(1800 + rand::random::<u64>() % 1800),
+    };
+    let sub = reg.cache.subscribe(filter, from)?;
+    let output = call.output;
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(64);
+    let info = reg.info;
+    let mut revisions = reg.cache.revisions();
+    tokio::spawn(async move {
+        let mut sub = sub;
+        let deadline = tokio::time::sleep(timeout);
+        tokio::pin!(deadline);
+        let mut last_rev = from.unwrap_or(0);
+        for item in std::mem::take(&mut sub.initial) {
+            last_rev = last_rev.max(item.event.rev);
+            if tx.send(frame(info, &item, output)).await.is_err() {
+                return;
+            }
+        }
+        if send_initial {
+            let rev = *revisions.borrow_and_update();
+            last_rev = last_rev.max(rev);
+            if tx.send(bookmark(info, last_rev, true)).await.is_err() {
+                return;
+            }
+        }
+        let mut tick = tokio::time::interval(Duration::from_secs(30));
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                item = sub.rx.recv() => {
+                    let Some(item) = item else { return }; // too slow: closed; client re-watches
+                    last_rev = last_rev.max(item.event.rev);
+                    if tx.send(frame(info, &item, output)).await.is_err() {
+                        return;
+                    }
+                }
+                _ = tick.tick(), if bookmarks => {
+                    let rev = *revisions.borrow_and_update();
+                    if rev > last_rev && sub.rx.is_empty() {
+                        last_rev = rev;
+                        if tx.send(bookmark(info, rev, false)).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+                _ = tx.closed() => return,
+                _ = &mut deadline => return,
+            }
+        }
+    });
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|b| (Ok::<_, Infallible>(Frame::data(b)), rx))
+    });
+    let mut r = Response::new(BodyExt::boxed(StreamBody::new(stream)));
+    r.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r.headers_mut().insert(
+        http::header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache, private"),
+    );
+    Ok(r)
+}
+
+fn frame(
+    info: &'static capstan_api::catalogue::ResourceInfo,
+    item: &WatchItem,
+    output: Output,
+) -> Bytes {
+    match output {
+        Output::Json => item.event.frame(item.kind),
+        Output::Table(include) => {
+            let v: Value = serde_json::from_slice(&item.event.obj.json).unwrap_or(Value::Null);
+            let t = tables::table(
+                info,
+                &[&v],
+                include,
+                json!({"resourceVersion": item.event.rev.to_string()}),
+            );
+            event_bytes(item.kind.as_str(), &t)
+        }
+        Output::Metadata => {
+            let v: Value = serde_json::from_slice(&item.event.obj.json).unwrap_or(Value::Null);
+            event_bytes(item.kind.as_str(), &tables::partial_metadata(&v))
+        }
+    }
+}
+
+fn event_bytes(kind: &str, obj: &Value) -> Bytes {
+    let mut out = serde_json::to_vec(&json!({"type": kind, "object": obj})).unwrap_or_default();
+    out.push(b'\n');
+    out.into()
+}
+
+fn bookmark(info: &capstan_api::catalogue::ResourceInfo, rev: i64, initial_end: bool) -> Bytes {
+    let mut md = json!({"resourceVersion": rev.to_string()});
+    if initial_end {
+        md["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+    }
+    event_bytes(
+        "BOOKMARK",
+        &json!({"kind": info.kind, "apiVersion": info.api_version(), "metadata": md}),
+    )
+}
+
+pub async fn create(reg: &Registry, call: &Call<'_>) -> ApiResult<Response<Body>> {
+    let mut obj = call.object_body()?;
+    let warnings = check_body(reg, call, &mut obj)?;
+    let opts = call.write_options()?;
+    let w = reg.create(&call.info.namespace, obj, &opts).await?;
+    Ok(with_warnings(
+        written_response(call, reg, 201, &w),
+        &warnings,
+    ))
+}
+
+pub async fn update(reg: &Registry, call: &Call<'_>) -> ApiResult<Response<Body>> {
+    if call.info.subresource == "scale" {
+        return crate::scale::update_scale(reg, call).await;
+    }
+    let mut obj = call.object_body()?;
+    let warnings = check_body(reg, call, &mut obj)?;
+    let body_name = meta::name(&obj);
+    if body_name.is_empty() {
+        meta::set_meta_str(&mut obj, "name", &call.info.name);
+    } else if body_name != call.info.name {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({body_name}) does not match the name on the URL ({})",
+            call.info.name
+        )));
+    }
+    let opts = call.write_options()?;
+    let (w, created) = reg
+        .update(
+            &call.info.namespace,
+            &call.info.name,
+            &call.info.subresource,
+            obj,
+            &opts,
+        )
+        .await?;
+    Ok(with_warnings(
+        written_response(call, reg, if created { 201 } else { 200 }, &w),
+        &warnings,
+    ))
+}
+
+pub async fn patch(reg: &Registry, call: &Call<'_>) -> ApiResult<Response<Body>> {
+    let content_type = call
+        .header("content-type")
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_string();
+    let patch_type = crate::patch::PatchType::from_content_type(&content_type)?;
+    let patch_body = codec::decode_body(
+        &call.body,
+        if patch_type == crate::patch::PatchType::Apply {
+            BodyType::Yaml
+        } else {
+            BodyType::Json
+        },
+    )?;
+    let opts = call.write_options()?;
+    if call.info.subresource == "scale" {
+        return crate::scale::patch_scale(reg, call, patch_type, &patch_body, &opts).await;
+    }
+    let info = reg.info;
+    let query = call.query.clone();
+    let name = call.info.name.clone();
+    let mut warnings = Vec::new();
+    let result = reg
+        .update_with(
+            &call.info.namespace,
+            &call.info.name,
+            &call.info.subresource,
+            &opts,
+            |old| {
+                let mut patched = crate::patch::apply(info, patch_type, old, &patch_body)?;
+                if meta::name(&patched) != name {
+                    return Err(ApiError::bad_request(format!(
+                        "the name of the object ({}) does not match the name on the URL ({name})",
+                        meta::name(&patched)
+                    )));
+                }
+                warnings = crate::validation::check_field_validation(info, &query, &mut patched)?;
+                Ok(patched)
+            },
+        )
+        .await;
+    match result {
+        Ok(w) => Ok(with_warnings(
+            written_response(call, reg, 200, &w),
+            &warnings,
+        )),
+        // Server-side apply creates what does not exist.
+        Err(e)
+            if e.code == 404
+                && patch_type == crate::patch::PatchType::Apply
+                && call.info.subresource.is_empty() =>
+        {
+            let mut obj = patch_body.clone();
+            let _ = check_body(reg, call, &mut obj)?;
+            let w = reg.create(&call.info.namespace, obj, &opts).await?;
+            Ok(written_response(call, reg, 201, &w))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn delete_options(call: &Call) -> ApiResult<DeleteOptions> {
+    let mut opts = DeleteOptions::default();
+    if !call.body.is_empty() {
+        let kind = codec::body_type(call.header("content-type"))?;
+        let v = codec::decode_body(&call.body, kind)?;
+        opts.grace_period = v.get("gracePeriodSeconds").and_then(Value::as_i64);
+        opts.propagation = v
+            .get("propagationPolicy")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        if v.get("orphanDependents").and_then(Value::as_bool) == Some(true) {
+            opts.propagation.get_or_insert_with(|| "Orphan".into());
+        }
+        if let Some(p) = v.get("preconditions") {
+            opts.precondition_uid = p.get("uid").and_then(Value::as_str).map(str::to_string);
+            opts.precondition_rv = p
+                .get("resourceVersion")
+                .and_then(Value::as_str)
+                .map(str::to_string);
+        }
+        if let Some(d) = v.get("dryRun").and_then(Value::as_array) {
+            opts.dry_run = d.iter().any(|x| x == "All");
+        }
+    }
+    if let Some(g) = call.query.get("gracePeriodSeconds") {
+        opts.grace_period = Some(
+            g.parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid gracePeriodSeconds: {g}")))?,
+        );
+    }
+    if let Some(p) = call.query.get("propagationPolicy") {
+        opts.propagation = Some(p.to_string());
+    }
+    if call.query.str("orphanDependents") == "true" && opts.propagation.is_none() {
+        opts.propagation = Some("Orphan".into());
+    }
+    if let Some(p) = &opts.propagation {
+        if !matches!(p.as_str(), "Orphan" | "Background" | "Foreground") {
+            return Err(ApiError::bad_request(format!(
+                "DeleteOptions.meta.k8s.io \"\" is invalid: propagationPolicy: Unsupported value: {p:?}: supported values: \"Foreground\", \"Background\", \"Orphan\""
+            )));
+        }
+    }
+    opts.dry_run |= call.query.get("dryRun") == Some("All");
+    Ok(opts)
+}
+
+pub async fn delete(reg: &Registry, call: &Call<'_>) -> ApiResult<Response<Body>> {
+    let opts = delete_options(call)?;
+    match reg
+        .delete(&call.info.namespace, &call.info.name, &opts)
+        .await?
+    {
+        Deleted::Now(w) => {
+            if reg.info.kind == "Pod" {
+                Ok(written_response(call, reg, 200, &w))
+            } else {
+                Ok(value_response(
+                    200,
+                    &crate::error::success_status(reg.info, &call.info.name, meta::uid(&w.value)),
+                ))
+            }
+        }
+        Deleted::Pending(w) => {
+            let code = if opts.propagation.as_deref() == Some("Foreground") {
+                202
+            } else {
+                200
+            };
+            Ok(written_response(call, reg, code, &w))
+        }
+    }
+}
+
+pub async fn delete_collection(reg: &Registry, call: &Call<'_>) -> ApiResult<Response<Body>> {
+    let q = call.query;
+    let opts = delete_options(call)?;
+    let filter = Filter::new(
+        reg.info,
+        &call.info.namespace,
+        q.str("labelSelector"),
+        q.str("fieldSelector"),
+    )?;
+    let page = reg.list_from_store(&filter, 0, "", 0).await?;
+    let mut deleted = Vec::new();
+    for item in &page.items {
+        let v: Value =
+            serde_json::from_slice(item).map_err(|e| ApiError::internal(e.to_string()))?;
+        match reg.delete(meta::namespace(&v), meta::name(&v), &opts).await {
+            Ok(Deleted::Now(w)) | Ok(Deleted::Pending(w)) => deleted.push(w.json),
+            Err(e) if e.code == 404 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(json_response(
+        200,
+        list_body(reg, &list_meta(page.rev, None, None), &deleted),
+    ))
+}
+
+trait WithMessage {
+    fn with_message(self, m: String) -> Self;
+}
+
+impl WithMessage for ApiError {
+    fn with_message(mut self, m: String) -> Self {
+        self.message = m;
+        self
+    }
+}

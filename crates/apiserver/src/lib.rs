@@ -1,0 +1,533 @@
+//! capstan's API server: the Kubernetes v1.32 REST API over the store.
+//!
+//! A request passes authentication → authorization → the handler of its verb, which decodes,
+//! admits, validates and finally writes through the generic [`registry::Registry`] of its
+//! resource. Lists and watches are served from each resource's [`watch_cache::WatchCache`].
+
+pub mod auth;
+pub mod codec;
+pub mod discovery;
+pub mod error;
+pub mod filter;
+pub mod handlers;
+pub mod metrics;
+pub mod patch;
+pub mod registry;
+pub mod request;
+pub mod scale;
+pub mod server;
+pub mod tables;
+pub mod validation;
+pub mod watch_cache;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use capstan_api::catalogue::{self, ResourceInfo};
+use capstan_store::Store;
+use http::{Method, Request, Response};
+use serde_json::json;
+
+use auth::{AuthChain, ConnInfo};
+use error::ApiError;
+use handlers::{error_response, json_response, value_response, Body, Call};
+use registry::{DefaultStrategy, Registry, WriteOptions};
+use request::{Query, RequestInfo};
+use watch_cache::WatchCache;
+
+/// The Kubernetes version capstan reports (kubectl picks its own version from this).
+pub const KUBERNETES_VERSION: &str = "v1.32.0";
+
+/// The namespaces that exist from the start.
+pub const SYSTEM_NAMESPACES: &[&str] =
+    &["default", "kube-system", "kube-public", "kube-node-lease"];
+
+/// How the API server is set up.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// host:port clients use (discovery, the `kubernetes` service's endpoints).
+    pub advertise_address: String,
+    /// `--service-cluster-ip-range`.
+    pub service_cidr: String,
+    /// `--service-node-port-range`.
+    pub node_port_range: (u16, u16),
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            advertise_address: "127.0.0.1:6443".into(),
+            service_cidr: "10.43.0.0/16".into(),
+            node_port_range: (30000, 32767),
+        }
+    }
+}
+
+/// The API server: registries of every resource, their caches, and the auth chain.
+pub struct ApiServer {
+    registries: HashMap<(String, String, String), Arc<Registry>>,
+    pub auth: AuthChain,
+    pub store: Arc<dyn Store>,
+    pub metrics: Arc<metrics::Metrics>,
+    /// host:port clients use, for discovery's serverAddressByClientCIDRs.
+    pub advertise_address: String,
+}
+
+impl ApiServer {
+    /// Build registries and caches for every built-in resource and start the caches.
+    pub async fn new(
+        store: Arc<dyn Store>,
+        auth: AuthChain,
+        config: Config,
+    ) -> Result<Arc<Self>, String> {
+        let cidr = registry::service::Cidr::parse(&config.service_cidr)?;
+        let metrics = metrics::Metrics::new();
+        let store: Arc<dyn Store> = Arc::new(metrics::MeteredStore {
+            inner: store,
+            metrics: metrics.clone(),
+        });
+        let mut registries = HashMap::new();
+        // Resources stored under the same prefix (e.g. events in two groups) share one cache.
+        let mut caches: HashMap<&'static str, Arc<WatchCache>> = HashMap::new();
+        for info in catalogue::RESOURCES {
+            if !info.has_verb("list") && !info.has_verb("get") {
+                continue;
+            }
+            let cache = caches
+                .entry(info.storage)
+                .or_insert_with(|| {
+                    let c = WatchCache::new(info, Registry::prefix_of(info));
+                    c.start(store.clone());
+                    c
+                })
+                .clone();
+            let strategy: Arc<dyn registry::Strategy> = match info.kind {
+                "Service" => {
+                    let s =
+                        registry::service::ServiceStrategy::new(info, cidr, config.node_port_range);
+                    mark_services(&store, info, &s).await?;
+                    Arc::new(s)
+                }
+                _ => Arc::new(DefaultStrategy(info)),
+            };
+            let reg = Registry::new(info, strategy, store.clone(), cache);
+            registries.insert(
+                (
+                    info.group.to_string(),
+                    info.version.to_string(),
+                    info.plural.to_string(),
+                ),
+                Arc::new(reg),
+            );
+        }
+        let server = Arc::new(ApiServer {
+            registries,
+            auth,
+            store,
+            metrics,
+            advertise_address: config.advertise_address.clone(),
+        });
+        server.ensure_system_namespaces().await;
+        server.ensure_kubernetes_service(cidr).await;
+        Ok(server)
+    }
+
+    /// The `kubernetes` service in `default`, at the range's first address, pointing at us.
+    async fn ensure_kubernetes_service(&self, cidr: registry::service::Cidr) {
+        let (host, port) = self
+            .advertise_address
+            .rsplit_once(':')
+            .map(|(h, p)| {
+                (
+                    h.trim_matches(|c| c == '[' || c == ']').to_string(),
+                    p.parse::<u16>().unwrap_or(6443),
+                )
+            })
+            .unwrap_or_else(|| ("127.0.0.1".into(), 6443));
+        let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "kubernetes", "namespace": "default",
+            "labels": {"component": "apiserver", "provider": "kubernetes"}},
+            "spec": {"type": "ClusterIP", "clusterIP": cidr.first().to_string(), "sessionAffinity": "None",
+                "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": port}]}});
+        let eps = json!({"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "kubernetes", "namespace": "default",
+            "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"}},
+            "subsets": [{"addresses": [{"ip": host}], "ports": [{"name": "https", "port": port, "protocol": "TCP"}]}]});
+        for (plural, obj) in [("services", svc), ("endpoints", eps)] {
+            let Some(reg) = self.registry("", "v1", plural) else {
+                continue;
+            };
+            match reg
+                .create("default", obj.clone(), &WriteOptions::default())
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if e.code == 409 && plural == "endpoints" => {
+                    // The address may have changed since the last start.
+                    let _ = reg
+                        .update_with(
+                            "default",
+                            "kubernetes",
+                            "",
+                            &WriteOptions::default(),
+                            |old| {
+                                let mut next = old.clone();
+                                next["subsets"] = obj["subsets"].clone();
+                                Ok(next)
+                            },
+                        )
+                        .await;
+                }
+                Err(e) if e.code == 409 => {}
+                Err(e) => {
+                    tracing::warn!(error = %e.message, "cannot create the kubernetes {plural}")
+                }
+            }
+        }
+    }
+
+    async fn ensure_system_namespaces(&self) {
+        let Some(reg) = self.registry("", "v1", "namespaces") else {
+            return;
+        };
+        for ns in SYSTEM_NAMESPACES {
+            let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+            match reg.create("", obj, &WriteOptions::default()).await {
+                Ok(_) => tracing::info!(namespace = ns, "created system namespace"),
+                Err(e) if e.code == 409 => {}
+                Err(e) => {
+                    tracing::warn!(namespace = ns, error = %e.message, "cannot create system namespace")
+                }
+            }
+        }
+    }
+
+    /// Registered watchers per group/version/kind, for /metrics.
+    fn watcher_counts(&self) -> Vec<(String, String, String, usize)> {
+        let mut seen = std::collections::HashSet::new();
+        let mut out = Vec::new();
+        for reg in self.registries.values() {
+            if seen.insert(Arc::as_ptr(&reg.cache)) {
+                let i = reg.cache.info;
+                out.push((
+                    i.group.to_string(),
+                    i.version.to_string(),
+                    i.kind.to_string(),
+                    reg.cache.watcher_count(),
+                ));
+            }
+        }
+        out.sort();
+        out
+    }
+
+    pub fn registry(&self, group: &str, version: &str, plural: &str) -> Option<Arc<Registry>> {
+        self.registries
+            .get(&(group.to_string(), version.to_string(), plural.to_string()))
+            .cloned()
+    }
+
+    /// Serve one request whose body has been read.
+    pub async fn handle(self: &Arc<Self>, req: Request<Bytes>, conn: &ConnInfo) -> Response<Body> {
+        let (parts, body) = req.into_parts();
+        let query = Query::parse(parts.uri.query());
+        let info = RequestInfo::parse(&parts.method, parts.uri.path(), &query);
+        let user = match self.auth.authenticate(&parts.headers, conn) {
+            Ok(u) => u,
+            Err(msg) => {
+                let mut e = ApiError::new(401, "Unauthorized", msg);
+                e.message = "Unauthorized".into();
+                return error_response(&e);
+            }
+        };
+        if let Err(reason) = self.auth.authorize(&user, &info) {
+            let e = ApiError::new(
+                403,
+                "Forbidden",
+                auth::forbidden_message(&user, &info, &reason),
+            );
+            return error_response(&e);
+        }
+        if !info.is_resource {
+            return match self.non_resource(&parts.method, &info, &query, &parts.headers) {
+                Ok(r) => r,
+                Err(e) => error_response(&e),
+            };
+        }
+        let started = std::time::Instant::now();
+        let mutating = !matches!(info.verb.as_str(), "get" | "list" | "watch");
+        let _in_flight = self.metrics.in_flight(mutating);
+        let resp = match self
+            .resource(&parts.method, &info, &query, &parts.headers, body)
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => error_response(&e),
+        };
+        self.metrics
+            .request(&info, resp.status().as_u16(), started.elapsed());
+        resp
+    }
+
+    async fn resource(
+        self: &Arc<Self>,
+        method: &Method,
+        info: &RequestInfo,
+        query: &Query,
+        headers: &http::HeaderMap,
+        body: Bytes,
+    ) -> Result<Response<Body>, ApiError> {
+        let reg = self
+            .registry(&info.group, &info.version, &info.resource)
+            .ok_or_else(ApiError::not_found_path)?;
+        check_scope(reg.info, info)?;
+        let accept = headers
+            .get(http::header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        let output = handlers::negotiate(accept, query)?;
+        let call = Call {
+            info,
+            query,
+            headers,
+            body,
+            output,
+        };
+        if !info.subresource.is_empty() && !reg.info.has_subresource(&info.subresource) {
+            return Err(ApiError::not_found_path());
+        }
+        if !info.subresource.is_empty() && !matches!(info.subresource.as_str(), "status" | "scale")
+        {
+            return Err(ApiError::new(
+                501,
+                "NotImplemented",
+                format!("the {} subresource is not served yet", info.subresource),
+            ));
+        }
+        let verb_allowed = reg.info.has_verb(&info.verb) || !info.subresource.is_empty();
+        if !verb_allowed {
+            return Err(ApiError::method_not_allowed(
+                "the server does not allow this method on the requested resource",
+            ));
+        }
+        match info.verb.as_str() {
+            "get" => handlers::get(&reg, &call).await,
+            "list" => handlers::list(&reg, &call).await,
+            "watch" => handlers::watch(reg.clone(), &call).await,
+            "create" => {
+                if !info.name.is_empty() {
+                    return Err(ApiError::method_not_allowed(
+                        "the server does not allow this method on the requested resource",
+                    ));
+                }
+                self.namespace_accepts_creates(reg.info, &info.namespace)
+                    .await?;
+                handlers::create(&reg, &call).await
+            }
+            "update" => handlers::update(&reg, &call).await,
+            "patch" => handlers::patch(&reg, &call).await,
+            "delete" => handlers::delete(&reg, &call).await,
+            "deletecollection" => handlers::delete_collection(&reg, &call).await,
+            _ => {
+                let _ = method;
+                Err(ApiError::method_not_allowed(
+                    "the server does not allow this method on the requested resource",
+                ))
+            }
+        }
+    }
+
+    /// NamespaceLifecycle: no creates in a missing or terminating namespace.
+    async fn namespace_accepts_creates(
+        &self,
+        info: &ResourceInfo,
+        ns: &str,
+    ) -> Result<(), ApiError> {
+        if !info.namespaced {
+            return Ok(());
+        }
+        let reg = self
+            .registry("", "v1", "namespaces")
+            .ok_or_else(|| ApiError::internal("no namespace registry"))?;
+        let nsobj = reg.get("", ns).await?;
+        if capstan_api::meta::deletion_timestamp(&nsobj.value).is_some()
+            || nsobj
+                .value
+                .pointer("/status/phase")
+                .and_then(|p| p.as_str())
+                == Some("Terminating")
+        {
+            let mut e = ApiError::new(
+                403,
+                "Forbidden",
+                format!(
+                    "{} \"\" is forbidden: unable to create new content in namespace {ns} because it is being terminated",
+                    info.group_resource()
+                ),
+            );
+            e.details = Some(
+                json!({"kind": info.plural, "group": info.group, "causes": [{"reason": "NamespaceTerminating", "message": format!("namespace {ns} is being terminated"), "field": "metadata.namespace"}]}),
+            );
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    fn non_resource(
+        &self,
+        method: &Method,
+        info: &RequestInfo,
+        query: &Query,
+        headers: &http::HeaderMap,
+    ) -> Result<Response<Body>, ApiError> {
+        if method != Method::GET && method != Method::HEAD {
+            return Err(ApiError::method_not_allowed(
+                "the server does not allow this method on the requested resource",
+            ));
+        }
+        let accept = headers
+            .get(http::header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        let path = info.path.trim_end_matches('/');
+        let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+        match parts.as_slice() {
+            ["version"] => Ok(value_response(200, &version_info())),
+            ["api"] => Ok(match discovery::wants_aggregated(accept) {
+                Some(v) => aggregated_response(discovery::aggregated(true, v), v),
+                None => value_response(200, &discovery::api_versions(&self.advertise_address)),
+            }),
+            ["apis"] => Ok(match discovery::wants_aggregated(accept) {
+                Some(v) => aggregated_response(discovery::aggregated(false, v), v),
+                None => value_response(200, &discovery::api_group_list()),
+            }),
+            ["api", version] => discovery::api_resource_list("", version)
+                .map(|v| value_response(200, &v))
+                .ok_or_else(ApiError::not_found_path),
+            ["apis", group] => discovery::api_group(group)
+                .map(|v| value_response(200, &v))
+                .ok_or_else(ApiError::not_found_path),
+            ["apis", group, version] => discovery::api_resource_list(group, version)
+                .map(|v| value_response(200, &v))
+                .ok_or_else(ApiError::not_found_path),
+            ["healthz" | "livez" | "readyz", rest @ ..] => Ok(health(parts[0], rest, query)),
+            ["metrics"] => {
+                let mut r = text_response(200, &self.metrics.render(&self.watcher_counts()));
+                r.headers_mut().insert(
+                    http::header::CONTENT_TYPE,
+                    http::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+                );
+                Ok(r)
+            }
+            ["openapi", "v2"] => {
+                if accept.contains("protobuf") && !accept.contains("json") {
+                    return Err(ApiError::new(
+                        406,
+                        "NotAcceptable",
+                        "only application/json is served for /openapi/v2",
+                    ));
+                }
+                Ok(json_response(200, capstan_api::openapi::v2_bytes()))
+            }
+            ["openapi", "v3"] => Ok(json_response(200, capstan_api::openapi::v3_index_bytes())),
+            ["openapi", "v3", rest @ ..] => capstan_api::openapi::v3_bytes(&rest.join("/"))
+                .map(|b| json_response(200, b))
+                .ok_or_else(ApiError::not_found_path),
+            _ => Err(ApiError::not_found_path()),
+        }
+    }
+}
+
+/// Seed the Service allocators with what existing services hold.
+async fn mark_services(
+    store: &Arc<dyn Store>,
+    info: &'static ResourceInfo,
+    strategy: &registry::service::ServiceStrategy,
+) -> Result<(), String> {
+    let list = store
+        .range(capstan_store::RangeRequest::prefix(Registry::prefix_of(
+            info,
+        )))
+        .await
+        .map_err(|e| format!("reading services: {e}"))?;
+    for kv in list.kvs {
+        if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&kv.value) {
+            strategy.mark_used(&v);
+        }
+    }
+    Ok(())
+}
+
+fn check_scope(info: &ResourceInfo, req: &RequestInfo) -> Result<(), ApiError> {
+    if !info.namespaced && !req.namespace.is_empty() {
+        return Err(ApiError::not_found_path());
+    }
+    if info.namespaced && req.namespace.is_empty() && !req.name.is_empty() {
+        return Err(ApiError::not_found_path());
+    }
+    if info.namespaced && req.namespace.is_empty() && !matches!(req.verb.as_str(), "list" | "watch")
+    {
+        return Err(ApiError::not_found_path());
+    }
+    Ok(())
+}
+
+fn aggregated_response(v: serde_json::Value, version: &str) -> Response<Body> {
+    let mut r = value_response(200, &v);
+    let ct = if version == "v2beta1" {
+        discovery::AGGREGATED_V2BETA1
+    } else {
+        discovery::AGGREGATED_V2
+    };
+    r.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static(ct),
+    );
+    r
+}
+
+/// /version
+pub fn version_info() -> serde_json::Value {
+    json!({
+        "major": "1",
+        "minor": "32",
+        "gitVersion": KUBERNETES_VERSION,
+        "gitCommit": concat!("capstan-", env!("CARGO_PKG_VERSION")),
+        "gitTreeState": "clean",
+        "buildDate": "2026-01-01T00:00:00Z",
+        "goVersion": "go1.23.0",
+        "compiler": "gc",
+        "platform": format!("{}/{}", std::env::consts::OS, if std::env::consts::ARCH == "x86_64" { "amd64" } else { std::env::consts::ARCH }),
+    })
+}
+
+/// /healthz, /livez, /readyz and their per-check forms.
+fn health(endpoint: &str, rest: &[&str], query: &Query) -> Response<Body> {
+    let checks = ["ping", "log", "etcd", "poststarthook/start-informers"];
+    if let Some(check) = rest.first() {
+        let name = rest.join("/");
+        return if checks.contains(check) || checks.contains(&name.as_str()) {
+            text_response(200, "ok")
+        } else {
+            text_response(404, "404 page not found")
+        };
+    }
+    if query.get("verbose").is_some() {
+        let mut out = String::new();
+        for c in checks {
+            out.push_str(&format!("[+]{c} ok\n"));
+        }
+        out.push_str(&format!("{endpoint} check passed\n"));
+        return text_response(200, &out);
+    }
+    text_response(200, "ok")
+}
+
+fn text_response(code: u16, text: &str) -> Response<Body> {
+    let mut r = Response::new(handlers::full(Bytes::copy_from_slice(text.as_bytes())));
+    *r.status_mut() = http::StatusCode::from_u16(code).unwrap_or(http::StatusCode::OK);
+    r.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}

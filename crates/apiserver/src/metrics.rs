@@ -1,0 +1,280 @@
+//! Prometheus metrics at /metrics, named as kube-apiserver names them: requests by verb,
+//! resource and code with latency histograms, requests in flight, registered watchers, and
+//! store operation latency.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use capstan_store::{
+    DeleteResponse, KeyValue, LeaseId, RangeRequest, RangeResponse, Result, Revision, Store,
+    WatchRequest, Watcher,
+};
+use parking_lot::Mutex;
+
+/// Histogram buckets, in seconds (kube-apiserver's request-duration buckets, abridged).
+const BUCKETS: &[f64] = &[
+    0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0,
+    10.0, 15.0, 20.0, 30.0, 45.0, 60.0,
+];
+
+#[derive(Default)]
+struct Histogram {
+    counts: Vec<u64>,
+    sum: f64,
+    count: u64,
+}
+
+impl Histogram {
+    fn observe(&mut self, secs: f64) {
+        if self.counts.is_empty() {
+            self.counts = vec![0; BUCKETS.len()];
+        }
+        for (i, b) in BUCKETS.iter().enumerate() {
+            if secs <= *b {
+                self.counts[i] += 1;
+            }
+        }
+        self.sum += secs;
+        self.count += 1;
+    }
+
+    fn render(&self, out: &mut String, name: &str, labels: &str) {
+        for (i, b) in BUCKETS.iter().enumerate() {
+            let c = self.counts.get(i).copied().unwrap_or(0);
+            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{b}\"}} {c}");
+        }
+        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", self.count);
+        let _ = writeln!(out, "{name}_sum{{{labels}}} {}", self.sum);
+        let _ = writeln!(out, "{name}_count{{{labels}}} {}", self.count);
+    }
+}
+
+/// Request labels: (verb, group, version, resource, subresource, scope).
+type RequestKey = (String, String, String, String, String, &'static str);
+
+/// All metrics of one API server.
+#[derive(Default)]
+pub struct Metrics {
+    requests: Mutex<BTreeMap<(RequestKey, u16), u64>>,
+    durations: Mutex<BTreeMap<RequestKey, Histogram>>,
+    store_ops: Mutex<BTreeMap<&'static str, Histogram>>,
+    inflight_read: AtomicI64,
+    inflight_mutating: AtomicI64,
+}
+
+/// Marks a request in flight until dropped.
+pub struct InFlight<'a> {
+    gauge: &'a AtomicI64,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.gauge.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Metrics::default())
+    }
+
+    pub fn in_flight(&self, mutating: bool) -> InFlight<'_> {
+        let gauge = if mutating {
+            &self.inflight_mutating
+        } else {
+            &self.inflight_read
+        };
+        gauge.fetch_add(1, Ordering::Relaxed);
+        InFlight { gauge }
+    }
+
+    /// Count a finished resource request.
+    pub fn request(&self, info: &crate::request::RequestInfo, code: u16, elapsed: Duration) {
+        let scope = if !info.name.is_empty() {
+            "resource"
+        } else if info.namespace.is_empty() {
+            "cluster"
+        } else {
+            "namespace"
+        };
+        let verb = match info.verb.as_str() {
+            "watch" => "WATCH",
+            "list" => "LIST",
+            "get" => "GET",
+            "create" => "POST",
+            "update" => "PUT",
+            "patch" => "PATCH",
+            "delete" => "DELETE",
+            "deletecollection" => "DELETECOLLECTION",
+            other => other,
+        }
+        .to_string();
+        let key: RequestKey = (
+            verb,
+            info.group.clone(),
+            info.version.clone(),
+            info.resource.clone(),
+            info.subresource.clone(),
+            scope,
+        );
+        *self.requests.lock().entry((key.clone(), code)).or_default() += 1;
+        if info.verb != "watch" {
+            self.durations
+                .lock()
+                .entry(key)
+                .or_default()
+                .observe(elapsed.as_secs_f64());
+        }
+    }
+
+    fn store_op(&self, op: &'static str, elapsed: Duration) {
+        self.store_ops
+            .lock()
+            .entry(op)
+            .or_default()
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// The Prometheus text exposition. `watchers` lists (group, version, kind, count).
+    pub fn render(&self, watchers: &[(String, String, String, usize)]) -> String {
+        let mut out = String::with_capacity(16 << 10);
+        out.push_str("# HELP apiserver_request_total Counter of apiserver requests broken out for each verb, dry run value, group, version, resource, scope, component, and HTTP response code.\n# TYPE apiserver_request_total counter\n");
+        for (((verb, g, v, r, sub, scope), code), n) in self.requests.lock().iter() {
+            let _ = writeln!(out, "apiserver_request_total{{code=\"{code}\",component=\"apiserver\",dry_run=\"\",group=\"{g}\",resource=\"{r}\",scope=\"{scope}\",subresource=\"{sub}\",verb=\"{verb}\",version=\"{v}\"}} {n}");
+        }
+        out.push_str("# HELP apiserver_request_duration_seconds Response latency distribution in seconds for each verb, dry run value, group, version, resource, subresource, scope and component.\n# TYPE apiserver_request_duration_seconds histogram\n");
+        for ((verb, g, v, r, sub, scope), h) in self.durations.lock().iter() {
+            let labels = format!("component=\"apiserver\",dry_run=\"\",group=\"{g}\",resource=\"{r}\",scope=\"{scope}\",subresource=\"{sub}\",verb=\"{verb}\",version=\"{v}\"");
+            h.render(&mut out, "apiserver_request_duration_seconds", &labels);
+        }
+        out.push_str("# HELP apiserver_current_inflight_requests Maximal number of currently used inflight request limit of this apiserver per request kind in last second.\n# TYPE apiserver_current_inflight_requests gauge\n");
+        let _ = writeln!(
+            out,
+            "apiserver_current_inflight_requests{{request_kind=\"mutating\"}} {}",
+            self.inflight_mutating.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "apiserver_current_inflight_requests{{request_kind=\"readOnly\"}} {}",
+            self.inflight_read.load(Ordering::Relaxed)
+        );
+        out.push_str("# HELP apiserver_registered_watchers Number of currently registered watchers for a given resources\n# TYPE apiserver_registered_watchers gauge\n");
+        for (g, v, k, n) in watchers {
+            let _ = writeln!(
+                out,
+                "apiserver_registered_watchers{{group=\"{g}\",kind=\"{k}\",version=\"{v}\"}} {n}"
+            );
+        }
+        out.push_str("# HELP etcd_request_duration_seconds Etcd request latency in seconds for each operation and object type.\n# TYPE etcd_request_duration_seconds histogram\n");
+        for (op, h) in self.store_ops.lock().iter() {
+            h.render(
+                &mut out,
+                "etcd_request_duration_seconds",
+                &format!("operation=\"{op}\""),
+            );
+        }
+        out
+    }
+}
+
+/// A store that records each operation's latency.
+pub struct MeteredStore {
+    pub inner: Arc<dyn Store>,
+    pub metrics: Arc<Metrics>,
+}
+
+macro_rules! timed {
+    ($self:ident, $op:literal, $call:expr) => {{
+        let started = Instant::now();
+        let r = $call.await;
+        $self.metrics.store_op($op, started.elapsed());
+        r
+    }};
+}
+
+#[async_trait]
+impl Store for MeteredStore {
+    async fn get(&self, key: &[u8], revision: Revision) -> Result<(Option<KeyValue>, Revision)> {
+        timed!(self, "get", self.inner.get(key, revision))
+    }
+    async fn range(&self, req: RangeRequest) -> Result<RangeResponse> {
+        timed!(self, "list", self.inner.range(req))
+    }
+    async fn create(&self, key: &[u8], value: Bytes, lease: LeaseId) -> Result<Revision> {
+        timed!(self, "create", self.inner.create(key, value, lease))
+    }
+    async fn update(
+        &self,
+        key: &[u8],
+        value: Bytes,
+        expected: Revision,
+        lease: LeaseId,
+    ) -> Result<Revision> {
+        timed!(
+            self,
+            "update",
+            self.inner.update(key, value, expected, lease)
+        )
+    }
+    async fn delete(&self, key: &[u8], expected: Option<Revision>) -> Result<DeleteResponse> {
+        timed!(self, "delete", self.inner.delete(key, expected))
+    }
+    async fn watch(&self, req: WatchRequest) -> Result<Watcher> {
+        self.inner.watch(req).await
+    }
+    async fn compact(&self, revision: Revision) -> Result<()> {
+        timed!(self, "compact", self.inner.compact(revision))
+    }
+    async fn current_revision(&self) -> Result<Revision> {
+        self.inner.current_revision().await
+    }
+    async fn compacted_revision(&self) -> Result<Revision> {
+        self.inner.compacted_revision().await
+    }
+    async fn grant_lease(&self, ttl: Duration) -> Result<LeaseId> {
+        timed!(self, "grant", self.inner.grant_lease(ttl))
+    }
+    async fn keep_alive(&self, lease: LeaseId) -> Result<()> {
+        self.inner.keep_alive(lease).await
+    }
+    async fn revoke_lease(&self, lease: LeaseId) -> Result<()> {
+        timed!(self, "revoke", self.inner.revoke_lease(lease))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_render_in_prometheus_text() {
+        let m = Metrics::new();
+        let info = crate::request::RequestInfo {
+            is_resource: true,
+            verb: "get".into(),
+            version: "v1".into(),
+            resource: "pods".into(),
+            namespace: "default".into(),
+            name: "p".into(),
+            ..Default::default()
+        };
+        m.request(&info, 200, Duration::from_millis(3));
+        {
+            let _f = m.in_flight(true);
+            assert!(m.render(&[]).contains("request_kind=\"mutating\"} 1"));
+        }
+        let text = m.render(&[("".into(), "v1".into(), "Pod".into(), 2)]);
+        assert!(text.contains("apiserver_request_total{code=\"200\""));
+        assert!(text.contains("verb=\"GET\""));
+        assert!(text.contains("apiserver_request_duration_seconds_bucket{"));
+        assert!(text.contains("le=\"0.005\"} 1"));
+        assert!(text
+            .contains("apiserver_registered_watchers{group=\"\",kind=\"Pod\",version=\"v1\"} 2"));
+        assert!(text.contains("request_kind=\"mutating\"} 0"));
+    }
+}

@@ -1,0 +1,733 @@
+//! The generic registry: create, get, list, update, delete and watch of one resource over the
+//! store, with a small per-kind [`Strategy`] (Kubernetes' `registry/generic/registry/store.go`).
+
+pub mod service;
+pub mod strategy;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use capstan_api::catalogue::ResourceInfo;
+use capstan_api::meta;
+use capstan_store::{RangeRequest, Store, StoreError};
+use serde_json::{json, Value};
+
+use crate::codec;
+use crate::error::{ApiError, ApiResult, FieldError};
+use crate::filter::Filter;
+use crate::watch_cache::WatchCache;
+pub use strategy::{DefaultStrategy, Strategy};
+
+/// Options of a write request.
+#[derive(Debug, Clone, Default)]
+pub struct WriteOptions {
+    pub dry_run: bool,
+    pub field_manager: String,
+}
+
+/// DeleteOptions of a delete request.
+#[derive(Debug, Clone, Default)]
+pub struct DeleteOptions {
+    pub grace_period: Option<i64>,
+    pub precondition_uid: Option<String>,
+    pub precondition_rv: Option<String>,
+    pub propagation: Option<String>,
+    pub dry_run: bool,
+}
+
+/// An object as written: wire JSON (with resourceVersion) and its parsed form.
+#[derive(Debug, Clone)]
+pub struct Written {
+    pub json: Bytes,
+    pub value: Value,
+    pub rev: i64,
+}
+
+impl Written {
+    fn new(value: Value, stored: &[u8], rev: i64) -> Self {
+        let mut value = value;
+        if rev > 0 {
+            meta::set_meta_str(&mut value, "resourceVersion", &rev.to_string());
+        }
+        Written {
+            json: if rev > 0 {
+                codec::with_resource_version(stored, rev)
+            } else {
+                Bytes::from(serde_json::to_vec(&value).unwrap_or_default())
+            },
+            value,
+            rev,
+        }
+    }
+}
+
+/// What a delete did.
+#[derive(Debug)]
+pub enum Deleted {
+    /// The object is gone; here is its last state.
+    Now(Written),
+    /// The object is being deleted (finalizers or a grace period); here is its new state.
+    Pending(Written),
+}
+
+/// One page of a list.
+#[derive(Debug, Default)]
+pub struct ListPage {
+    pub items: Vec<Bytes>,
+    pub rev: i64,
+    pub continue_token: Option<String>,
+    pub remaining: Option<i64>,
+}
+
+/// The generic store of one resource.
+pub struct Registry {
+    pub info: &'static ResourceInfo,
+    pub strategy: Arc<dyn Strategy>,
+    pub store: Arc<dyn Store>,
+    pub cache: Arc<WatchCache>,
+    prefix: String,
+}
+
+/// How many times an unconditional write retries after losing a race.
+const MAX_RETRIES: usize = 32;
+
+impl Registry {
+    pub fn new(
+        info: &'static ResourceInfo,
+        strategy: Arc<dyn Strategy>,
+        store: Arc<dyn Store>,
+        cache: Arc<WatchCache>,
+    ) -> Self {
+        Registry {
+            info,
+            strategy,
+            store,
+            cache,
+            prefix: Self::prefix_of(info),
+        }
+    }
+
+    /// `/registry/<storage>/`.
+    pub fn prefix_of(info: &ResourceInfo) -> String {
+        format!("/registry/{}/", info.storage)
+    }
+
+    fn key(&self, ns: &str, name: &str) -> String {
+        if self.info.namespaced {
+            format!("{}{ns}/{name}", self.prefix)
+        } else {
+            format!("{}{name}", self.prefix)
+        }
+    }
+
+    fn store_err(&self, name: &str) -> impl Fn(StoreError) -> ApiError + '_ {
+        let name = name.to_string();
+        move |e| ApiError::from_store(e, self.info, &name)
+    }
+
+    /// The stored object, parsed, with its revision.
+    pub async fn get(&self, ns: &str, name: &str) -> ApiResult<Written> {
+        let (kv, _) = self
+            .store
+            .get(self.key(ns, name).as_bytes(), 0)
+            .await
+            .map_err(self.store_err(name))?;
+        let kv = kv.ok_or_else(|| ApiError::not_found(self.info, name))?;
+        let value = codec::decode_stored(&kv.value, kv.mod_revision)?;
+        Ok(Written {
+            json: codec::with_resource_version(&kv.value, kv.mod_revision),
+            value,
+            rev: kv.mod_revision,
+        })
+    }
+
+    /// Create `obj` in namespace `ns` (already checked against the URL by the caller).
+    pub async fn create(
+        &self,
+        ns: &str,
+        mut obj: Value,
+        opts: &WriteOptions,
+    ) -> ApiResult<Written> {
+        if !meta::resource_version(&obj).is_empty() {
+            return Err(ApiError::bad_request(
+                "resourceVersion should not be set on objects to be created",
+            ));
+        }
+        if self.info.namespaced {
+            meta::set_meta_str(&mut obj, "namespace", ns);
+        } else {
+            meta::remove_meta(&mut obj, "namespace");
+        }
+        let generate =
+            meta::name(&obj).is_empty() && !meta::meta_str(&obj, "generateName").is_empty();
+        for attempt in 0.. {
+            if generate {
+                let name = generate_name(meta::meta_str(&obj, "generateName"));
+                meta::set_meta_str(&mut obj, "name", &name);
+            }
+            let name = meta::name(&obj).to_string();
+            if name.is_empty() {
+                return Err(ApiError::invalid(
+                    self.info,
+                    "",
+                    vec![FieldError::required(
+                        "metadata.name",
+                        "name or generateName is required",
+                    )],
+                ));
+            }
+            self.prepare_create(&mut obj);
+            let mut errs = self.name_errors(&name, "metadata.name");
+            errs.extend(self.strategy.validate(&obj));
+            if !errs.is_empty() {
+                return Err(ApiError::invalid(self.info, &name, errs));
+            }
+            self.strategy.allocate(&mut obj, None)?;
+            let stored = codec::encode_for_store(&obj);
+            if opts.dry_run {
+                self.strategy.release(&obj);
+                return Ok(Written::new(obj, &stored, 0));
+            }
+            match self
+                .store
+                .create(self.key(ns, &name).as_bytes(), stored.clone(), 0)
+                .await
+            {
+                Ok(rev) => return Ok(Written::new(obj, &stored, rev)),
+                Err(StoreError::AlreadyExists { .. }) if generate && attempt < 8 => {
+                    self.strategy.release(&obj);
+                    continue;
+                }
+                Err(e) => {
+                    self.strategy.release(&obj);
+                    return Err(ApiError::from_store(e, self.info, &name));
+                }
+            }
+        }
+        unreachable!("the loop returns")
+    }
+
+    fn name_errors(&self, name: &str, field: &str) -> Vec<FieldError> {
+        self.strategy
+            .validate_name(name)
+            .into_iter()
+            .map(|msg| FieldError::invalid(field, &Value::String(name.to_string()), &msg))
+            .collect()
+    }
+
+    /// System fields of a new object (uid, creationTimestamp, generation) and the strategy's
+    /// preparation.
+    fn prepare_create(&self, obj: &mut Value) {
+        self.strategy.prepare_for_create(obj);
+        let md = meta::metadata_mut(obj);
+        md.insert(
+            "uid".into(),
+            Value::String(uuid::Uuid::new_v4().to_string()),
+        );
+        md.insert(
+            "creationTimestamp".into(),
+            Value::String(meta::format_time(SystemTime::now())),
+        );
+        for f in [
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "selfLink",
+            "generation",
+        ] {
+            md.remove(f);
+        }
+        if self.strategy.tracks_generation() {
+            md.insert("generation".into(), json!(1));
+        }
+    }
+
+    /// Replace an object (PUT). `new` carries the client's resourceVersion, if any.
+    pub async fn update(
+        &self,
+        ns: &str,
+        name: &str,
+        subresource: &str,
+        new: Value,
+        opts: &WriteOptions,
+    ) -> ApiResult<(Written, bool)> {
+        let precondition = meta::resource_version(&new).to_string();
+        let mut new = Some(new);
+        let result = self
+            .update_with(ns, name, subresource, opts, |_old| {
+                Ok(new.clone().expect("set"))
+            })
+            .await;
+        match result {
+            Err(e)
+                if e.code == 404
+                    && subresource.is_empty()
+                    && self.strategy.allow_create_on_update() =>
+            {
+                let mut obj = new.take().expect("set");
+                meta::remove_meta(&mut obj, "resourceVersion");
+                let _ = precondition;
+                self.create(ns, obj, opts).await.map(|w| (w, true))
+            }
+            other => other.map(|w| (w, false)),
+        }
+    }
+
+    /// Read-modify-write with retries on conflict (Kubernetes' GuaranteedUpdate): `f` maps the
+    /// current object to the desired one. A resourceVersion in the result is a precondition.
+    pub async fn update_with(
+        &self,
+        ns: &str,
+        name: &str,
+        subresource: &str,
+        opts: &WriteOptions,
+        mut f: impl FnMut(&Value) -> ApiResult<Value>,
+    ) -> ApiResult<Written> {
+        let key = self.key(ns, name);
+        for _ in 0..MAX_RETRIES {
+            let (kv, _) = self
+                .store
+                .get(key.as_bytes(), 0)
+                .await
+                .map_err(self.store_err(name))?;
+            let kv = kv.ok_or_else(|| ApiError::not_found(self.info, name))?;
+            let old = codec::decode_stored(&kv.value, kv.mod_revision)?;
+            let mut next = f(&old)?;
+            let wanted_rv = meta::resource_version(&next).to_string();
+            if !wanted_rv.is_empty() && wanted_rv != kv.mod_revision.to_string() {
+                return Err(ApiError::modified(self.info, name));
+            }
+            self.prepare_update(&mut next, &old, subresource);
+            let errs = self.strategy.validate_update(&next, &old);
+            if !errs.is_empty() {
+                return Err(ApiError::invalid(self.info, name, errs));
+            }
+            if subresource.is_empty() {
+                self.strategy.allocate(&mut next, Some(&old))?;
+            }
+            let stored = codec::encode_for_store(&next);
+            if stored == kv.value {
+                // Nothing changed: Kubernetes does not write (the resourceVersion stays).
+                return Ok(Written::new(next, &stored, kv.mod_revision));
+            }
+            if opts.dry_run {
+                return Ok(Written::new(next, &stored, 0));
+            }
+            if meta::deletion_timestamp(&next).is_some()
+                && meta::finalizers(&next).is_empty()
+                && deletion_grace(&next) == 0
+            {
+                // The last finalizer is gone: the object goes away now.
+                match self
+                    .store
+                    .delete(key.as_bytes(), Some(kv.mod_revision))
+                    .await
+                {
+                    Ok(d) => return Ok(Written::new(next, &stored, d.revision)),
+                    Err(StoreError::Conflict { .. }) if wanted_rv.is_empty() => continue,
+                    Err(e) => return Err(ApiError::from_store(e, self.info, name)),
+                }
+            }
+            match self
+                .store
+                .update(key.as_bytes(), stored.clone(), kv.mod_revision, 0)
+                .await
+            {
+                Ok(rev) => return Ok(Written::new(next, &stored, rev)),
+                Err(StoreError::Conflict { .. }) if wanted_rv.is_empty() => continue,
+                Err(e) => return Err(ApiError::from_store(e, self.info, name)),
+            }
+        }
+        Err(ApiError::modified(self.info, name))
+    }
+
+    /// Keep what clients may not change, apply the strategy, bump the generation.
+    fn prepare_update(&self, next: &mut Value, old: &Value, subresource: &str) {
+        if subresource == "status" {
+            let status = next.get("status").cloned();
+            *next = old.clone();
+            if let Some(map) = next.as_object_mut() {
+                match status {
+                    Some(s) => map.insert("status".into(), s),
+                    None => map.remove("status"),
+                };
+            }
+            return;
+        }
+        self.strategy.prepare_for_update(next, old);
+        let old_md = meta::metadata(old).cloned().unwrap_or_default();
+        let md = meta::metadata_mut(next);
+        for f in [
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "generation",
+        ] {
+            match old_md.get(f) {
+                Some(v) => md.insert(f.to_string(), v.clone()),
+                None => md.remove(f),
+            };
+        }
+        md.remove("selfLink");
+        if self.strategy.tracks_generation() && old.get("spec") != next.get("spec") {
+            let g = meta::generation(old) + 1;
+            meta::metadata_mut(next).insert("generation".into(), json!(g));
+        }
+    }
+
+    /// Delete one object, honouring preconditions, finalizers, propagation and pod grace.
+    pub async fn delete(&self, ns: &str, name: &str, opts: &DeleteOptions) -> ApiResult<Deleted> {
+        let key = self.key(ns, name);
+        for _ in 0..MAX_RETRIES {
+            let (kv, _) = self
+                .store
+                .get(key.as_bytes(), 0)
+                .await
+                .map_err(self.store_err(name))?;
+            let kv = kv.ok_or_else(|| ApiError::not_found(self.info, name))?;
+            let old = codec::decode_stored(&kv.value, kv.mod_revision)?;
+            self.check_preconditions(&old, name, opts)?;
+            let mut next = old.clone();
+            let plan = self.plan_delete(&mut next, opts);
+            if opts.dry_run {
+                let stored = codec::encode_for_store(&next);
+                return Ok(if plan {
+                    Deleted::Pending(Written::new(next, &stored, 0))
+                } else {
+                    Deleted::Now(Written::new(old, &kv.value, 0))
+                });
+            }
+            if plan {
+                let stored = codec::encode_for_store(&next);
+                if stored == kv.value {
+                    return Ok(Deleted::Pending(Written::new(
+                        next,
+                        &stored,
+                        kv.mod_revision,
+                    )));
+                }
+                match self
+                    .store
+                    .update(key.as_bytes(), stored.clone(), kv.mod_revision, 0)
+                    .await
+                {
+                    Ok(rev) => return Ok(Deleted::Pending(Written::new(next, &stored, rev))),
+                    Err(StoreError::Conflict { .. }) => continue,
+                    Err(e) => return Err(ApiError::from_store(e, self.info, name)),
+                }
+            }
+            match self
+                .store
+                .delete(key.as_bytes(), Some(kv.mod_revision))
+                .await
+            {
+                Ok(d) => {
+                    self.strategy.release(&old);
+                    return Ok(Deleted::Now(Written::new(old, &kv.value, d.revision)));
+                }
+                Err(StoreError::Conflict { .. }) => continue,
+                Err(e) => return Err(ApiError::from_store(e, self.info, name)),
+            }
+        }
+        Err(ApiError::modified(self.info, name))
+    }
+
+    fn check_preconditions(&self, obj: &Value, name: &str, opts: &DeleteOptions) -> ApiResult<()> {
+        if let Some(uid) = &opts.precondition_uid {
+            if uid != meta::uid(obj) {
+                return Err(ApiError::conflict(
+                    self.info,
+                    name,
+                    &format!(
+                        "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                        meta::uid(obj)
+                    ),
+                ));
+            }
+        }
+        if let Some(rv) = &opts.precondition_rv {
+            if rv != meta::resource_version(obj) {
+                return Err(ApiError::conflict(
+                    self.info,
+                    name,
+                    &format!(
+                        "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                        meta::resource_version(obj)
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Mark `obj` as being deleted if it cannot go at once. True when it must stay for now.
+    fn plan_delete(&self, obj: &mut Value, opts: &DeleteOptions) -> bool {
+        let mut finalizers = meta::finalizers(obj);
+        let propagation = opts.propagation.clone().unwrap_or_else(|| {
+            if self.info.kind == "ReplicationController" {
+                "Orphan".into()
+            } else {
+                "Background".into()
+            }
+        });
+        let wanted = match propagation.as_str() {
+            "Orphan" => Some("orphan"),
+            "Foreground" => Some("foregroundDeletion"),
+            _ => None,
+        };
+        let grace = self.grace_period(obj, opts);
+        let deleting = meta::deletion_timestamp(obj).is_some();
+        if deleting {
+            // Already being deleted: a shorter grace period may still speed it up.
+            let current = deletion_grace(obj);
+            if grace < current {
+                set_deletion(obj, grace);
+                if grace == 0 && finalizers.is_empty() {
+                    return false;
+                }
+            }
+            return !(finalizers.is_empty() && grace == 0);
+        }
+        if let Some(f) = wanted {
+            if !finalizers.iter().any(|x| x == f) {
+                finalizers.push(f.to_string());
+            }
+        }
+        if finalizers.is_empty() && grace == 0 {
+            return false;
+        }
+        meta::set_finalizers(obj, &finalizers);
+        set_deletion(obj, grace);
+        true
+    }
+
+    /// Pods bound to a node get a grace period for their kubelet to stop them.
+    fn grace_period(&self, obj: &Value, opts: &DeleteOptions) -> i64 {
+        if self.info.kind != "Pod" {
+            return 0;
+        }
+        let unscheduled = obj
+            .pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty);
+        let finished = matches!(
+            obj.pointer("/status/phase").and_then(Value::as_str),
+            Some("Succeeded") | Some("Failed")
+        );
+        if unscheduled || finished {
+            return 0;
+        }
+        opts.grace_period
+            .or_else(|| {
+                obj.pointer("/spec/terminationGracePeriodSeconds")
+                    .and_then(Value::as_i64)
+            })
+            .unwrap_or(30)
+            .max(0)
+    }
+
+    /// A page of objects read from the store (consistent across pages through the token).
+    pub async fn list_from_store(
+        &self,
+        filter: &Filter,
+        limit: usize,
+        continue_token: &str,
+        revision: i64,
+    ) -> ApiResult<ListPage> {
+        let base = match &filter.namespace {
+            Some(ns) if self.info.namespaced => format!("{}{ns}/", self.prefix),
+            _ => self.prefix.clone(),
+        };
+        let (mut start, mut rev) = (base.clone(), revision);
+        if !continue_token.is_empty() {
+            let (token_rev, token_start) = decode_continue(continue_token)?;
+            start = format!("{}{token_start}", self.prefix);
+            rev = token_rev;
+        }
+        let mut page = ListPage::default();
+        let chunk = if limit == 0 { 0 } else { limit.max(100) };
+        loop {
+            let mut req = RangeRequest::prefix(base.clone()).limit(chunk).at(rev);
+            req.start = Bytes::from(start.clone());
+            let resp = self.store.range(req).await.map_err(|e| match e {
+                StoreError::Compacted { .. } if !continue_token.is_empty() => ApiError::gone(
+                    "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.",
+                ),
+                e => ApiError::from_store(e, self.info, ""),
+            })?;
+            if rev == 0 {
+                rev = resp.revision;
+            }
+            page.rev = rev;
+            for (i, kv) in resp.kvs.iter().enumerate() {
+                let obj =
+                    crate::watch_cache::CachedObject::new(self.info, &kv.value, kv.mod_revision)?;
+                if filter.matches(&obj) {
+                    page.items.push(obj.json.clone());
+                }
+                if limit > 0 && page.items.len() >= limit {
+                    if i + 1 < resp.kvs.len() || resp.more {
+                        let mut next =
+                            String::from_utf8_lossy(&kv.key[self.prefix.len()..]).into_owned();
+                        next.push('\0');
+                        page.continue_token = Some(encode_continue(rev, &next));
+                        if filter.labels.is_none() && filter.fields.is_none() {
+                            page.remaining = Some(resp.count - (i as i64 + 1));
+                        }
+                    }
+                    return Ok(page);
+                }
+            }
+            match resp.kvs.last() {
+                Some(last) if resp.more => {
+                    let mut next = String::from_utf8_lossy(&last.key).into_owned();
+                    next.push('\0');
+                    start = next;
+                }
+                _ => return Ok(page),
+            }
+        }
+    }
+
+    /// Wait until the watch cache reflects the store's current state (consistent reads).
+    pub async fn cache_is_fresh(&self) -> bool {
+        match self.store.current_revision().await {
+            Ok(rev) => self.cache.wait_for(rev, Duration::from_secs(3)).await,
+            Err(_) => false,
+        }
+    }
+}
+
+fn deletion_grace(obj: &Value) -> i64 {
+    meta::metadata(obj)
+        .and_then(|m| m.get("deletionGracePeriodSeconds"))
+        .and_then(Value::as_i64)
+        .unwrap_or(0)
+}
+
+fn set_deletion(obj: &mut Value, grace: i64) {
+    let at = SystemTime::now() + Duration::from_secs(grace as u64);
+    let md = meta::metadata_mut(obj);
+    md.insert(
+        "deletionTimestamp".into(),
+        Value::String(meta::format_time(at)),
+    );
+    md.insert("deletionGracePeriodSeconds".into(), json!(grace));
+}
+
+/// `generateName` plus five random characters from Kubernetes' alphabet.
+fn generate_name(base: &str) -> String {
+    use rand::Rng;
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let base = if base.len() > 58 { &base[..58] } else { base };
+    let mut rng = rand::rng();
+    let suffix: String = (0..5)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect();
+    format!("{base}{suffix}")
+}
+
+/// Kubernetes' continue token: base64 of `{"v":"meta.k8s.io/v1","rv":N,"start":"..."}`.
+fn encode_continue(rev: i64, start: &str) -> String {
+    let json = json!({"v": "meta.k8s.io/v1", "rv": rev, "start": start}).to_string();
+    base64_encode(json.as_bytes())
+}
+
+fn decode_continue(token: &str) -> ApiResult<(i64, String)> {
+    let bad = || ApiError::bad_request(format!("continue key is not valid: {token}"));
+    let bytes = base64_decode(token).ok_or_else(bad)?;
+    let v: Value = serde_json::from_slice(&bytes).map_err(|_| bad())?;
+    if v.get("v").and_then(Value::as_str) != Some("meta.k8s.io/v1") {
+        return Err(bad());
+    }
+    let rev = v
+        .get("rv")
+        .and_then(Value::as_i64)
+        .filter(|r| *r > 0)
+        .ok_or_else(bad)?;
+    let start = v.get("start").and_then(Value::as_str).ok_or_else(bad)?;
+    if start.contains("..") || start.starts_with('/') {
+        return Err(bad());
+    }
+    Ok((rev, start.to_string()))
+}
+
+const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+pub(crate) fn base64_encode(data: &[u8]) -> String {
+    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
+    for chunk in data.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (b[0] as u32) << 16 | (b[1] as u32) << 8 | b[2] as u32;
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(B64[(n >> (18 - 6 * i)) as usize & 63] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+pub(crate) fn base64_decode(s: &str) -> Option<Vec<u8>> {
+    let s = s.trim_end_matches('=');
+    let mut out = Vec::with_capacity(s.len() * 3 / 4);
+    let mut acc = 0u32;
+    let mut bits = 0;
+    for c in s.bytes() {
+        let v = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' | b'-' => 62,
+            b'/' | b'_' => 63,
+            _ => return None,
+        } as u32;
+        acc = acc << 6 | v;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn continue_tokens_round_trip_and_reject_garbage() {
+        let t = encode_continue(42, "default/pod-9\u{0}");
+        assert_eq!(
+            decode_continue(&t).unwrap(),
+            (42, "default/pod-9\u{0}".to_string())
+        );
+        assert_eq!(decode_continue("!!!").unwrap_err().code, 400);
+        assert_eq!(
+            decode_continue(&base64_encode(b"{}")).unwrap_err().code,
+            400
+        );
+    }
+
+    #[test]
+    fn base64_matches_the_standard_alphabet() {
+        assert_eq!(base64_encode(b"hello"), "aGVsbG8=");
+        assert_eq!(base64_decode("aGVsbG8=").unwrap(), b"hello");
+        assert_eq!(base64_encode(b""), "");
+    }
+
+    #[test]
+    fn generated_names_keep_the_base() {
+        let n = generate_name("web-");
+        assert!(n.starts_with("web-") && n.len() == 9);
+    }
+}

@@ -1,0 +1,504 @@
+//! The watch cache (Kubernetes' Cacher + watchCache): one per stored resource, fed by one store
+//! watch. Its current state serves lists; a sliding window of recent events serves watches that
+//! start at a recent resourceVersion; every watcher has its own filter.
+//!
+//! Fan-out policy: each event is serialized once and shared by every watcher. A watcher has a
+//! bounded buffer; when an event does not fit, that watcher is closed at once (never blocking
+//! the others) and its client re-watches from the last resourceVersion it saw, or relists.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use capstan_api::catalogue::ResourceInfo;
+use capstan_store::{EventKind, RangeRequest, Store, StoreError, WatchRequest};
+use parking_lot::RwLock;
+use serde_json::{Map, Value};
+use tokio::sync::{mpsc, watch};
+
+use crate::codec;
+use crate::error::{ApiError, ApiResult};
+use crate::filter::Filter;
+
+/// Events kept for watches that start in the past.
+const WINDOW: usize = 10_000;
+/// Events buffered per watcher before it is closed as too slow.
+const WATCHER_BUFFER: usize = 1_000;
+/// How often the cache asks the store for progress, so that its revision follows the store's
+/// even when this resource does not change (bookmarks and consistent lists need it).
+const PROGRESS_EVERY: Duration = Duration::from_secs(2);
+
+/// One object as the cache keeps it: its wire JSON and what filters need.
+#[derive(Debug)]
+pub struct CachedObject {
+    pub namespace: String,
+    pub name: String,
+    pub labels: Map<String, Value>,
+    /// Values of the kind's selectable fields, in `capstan_api::fields::supported` order.
+    pub fields: Vec<(&'static str, String)>,
+    /// The object as clients see it, with its resourceVersion.
+    pub json: Bytes,
+    pub rev: i64,
+}
+
+impl CachedObject {
+    pub fn new(info: &'static ResourceInfo, stored: &[u8], rev: i64) -> Result<Self, ApiError> {
+        let value = codec::decode_stored(stored, rev)?;
+        Ok(Self::from_value(
+            info,
+            &value,
+            codec::with_resource_version(stored, rev),
+            rev,
+        ))
+    }
+
+    pub fn from_value(info: &'static ResourceInfo, value: &Value, json: Bytes, rev: i64) -> Self {
+        let fields = capstan_api::fields::supported(info.group, info.kind)
+            .iter()
+            .map(|f| {
+                let v =
+                    capstan_api::fields::get(info.group, info.kind, value, f).unwrap_or_default();
+                (*f, v)
+            })
+            .collect();
+        CachedObject {
+            namespace: capstan_api::meta::namespace(value).to_string(),
+            name: capstan_api::meta::name(value).to_string(),
+            labels: capstan_api::meta::labels(value)
+                .cloned()
+                .unwrap_or_default(),
+            fields,
+            json,
+            rev,
+        }
+    }
+
+    pub fn field(&self, name: &str) -> Option<&str> {
+        self.fields
+            .iter()
+            .find(|(f, _)| *f == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl EventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One change, as stored in the window and sent to watchers.
+#[derive(Debug)]
+pub struct CacheEvent {
+    pub kind: EventType,
+    /// The object after the change; for a delete, its last state with the delete's revision.
+    pub obj: Arc<CachedObject>,
+    pub prev: Option<Arc<CachedObject>>,
+    pub rev: i64,
+    frames: [OnceLock<Bytes>; 3],
+}
+
+impl CacheEvent {
+    fn new(
+        kind: EventType,
+        obj: Arc<CachedObject>,
+        prev: Option<Arc<CachedObject>>,
+        rev: i64,
+    ) -> Self {
+        CacheEvent {
+            kind,
+            obj,
+            prev,
+            rev,
+            frames: Default::default(),
+        }
+    }
+
+    /// `{"type":"ADDED","object":{...}}\n`, serialized once per event and type.
+    pub fn frame(&self, as_type: EventType) -> Bytes {
+        self.frames[as_type as usize]
+            .get_or_init(|| {
+                let mut out = Vec::with_capacity(self.obj.json.len() + 32);
+                out.extend_from_slice(b"{\"type\":\"");
+                out.extend_from_slice(as_type.as_str().as_bytes());
+                out.extend_from_slice(b"\",\"object\":");
+                out.extend_from_slice(&self.obj.json);
+                out.extend_from_slice(b"}\n");
+                out.into()
+            })
+            .clone()
+    }
+}
+
+/// What a watcher receives: an event (possibly re-typed by its filter), or the end.
+#[derive(Debug, Clone)]
+pub struct WatchItem {
+    pub kind: EventType,
+    pub event: Arc<CacheEvent>,
+}
+
+struct Watcher {
+    filter: Filter,
+    tx: mpsc::Sender<WatchItem>,
+}
+
+struct Inner {
+    objects: BTreeMap<String, Arc<CachedObject>>,
+    window: VecDeque<Arc<CacheEvent>>,
+    /// Every event up to this revision has been applied.
+    rev: i64,
+    watchers: HashMap<u64, Watcher>,
+    /// Watchers whose field selector asks for one exact `spec.nodeName`, by that node...
+    by_node: HashMap<String, HashSet<u64>>,
+    /// ...and every other watcher.
+    unindexed: HashSet<u64>,
+}
+
+/// The cache of one stored resource.
+pub struct WatchCache {
+    pub info: &'static ResourceInfo,
+    prefix: String,
+    inner: RwLock<Inner>,
+    rev_tx: watch::Sender<i64>,
+    next_id: AtomicU64,
+    progress: RwLock<Option<Arc<tokio::sync::Notify>>>,
+}
+
+/// A registered watch: the events it missed (from the window) then its live channel.
+pub struct Subscription {
+    pub initial: Vec<WatchItem>,
+    pub rx: mpsc::Receiver<WatchItem>,
+    pub id: u64,
+    pub cache: Arc<WatchCache>,
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.cache.unsubscribe(self.id);
+    }
+}
+
+impl WatchCache {
+    pub fn new(info: &'static ResourceInfo, prefix: String) -> Arc<Self> {
+        let (rev_tx, _) = watch::channel(0);
+        Arc::new(WatchCache {
+            info,
+            prefix,
+            inner: RwLock::new(Inner {
+                objects: BTreeMap::new(),
+                window: VecDeque::new(),
+                rev: 0,
+                watchers: HashMap::new(),
+                by_node: HashMap::new(),
+                unindexed: HashSet::new(),
+            }),
+            rev_tx,
+            next_id: AtomicU64::new(1),
+            progress: RwLock::new(None),
+        })
+    }
+
+    /// Keep the cache in step with the store until the store goes away.
+    pub fn start(self: &Arc<Self>, store: Arc<dyn Store>) {
+        let cache = self.clone();
+        tokio::spawn(async move {
+            loop {
+                match cache.run_once(&store).await {
+                    Ok(()) => return,
+                    Err(e) => {
+                        tracing::warn!(resource = cache.info.plural, error = %e, "watch cache restarts");
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                }
+            }
+        });
+    }
+
+    /// List, then watch from the list's revision. Returns Ok when the store watch ended
+    /// cleanly (the store is closing), Err to be restarted.
+    async fn run_once(self: &Arc<Self>, store: &Arc<dyn Store>) -> Result<(), StoreError> {
+        let list = store
+            .range(RangeRequest::prefix(self.prefix.clone()))
+            .await?;
+        let mut objects = BTreeMap::new();
+        for kv in &list.kvs {
+            match CachedObject::new(self.info, &kv.value, kv.mod_revision) {
+                Ok(o) => {
+                    objects.insert(String::from_utf8_lossy(&kv.key).into_owned(), Arc::new(o));
+                }
+                Err(e) => {
+                    tracing::warn!(key = %String::from_utf8_lossy(&kv.key), error = %e.message, "skipping unreadable object")
+                }
+            }
+        }
+        {
+            let mut inner = self.inner.write();
+            inner.objects = objects;
+            inner.window.clear();
+            inner.rev = list.revision;
+            // Watchers of the old state cannot be continued: they re-watch and relist.
+            inner.watchers.clear();
+            inner.by_node.clear();
+            inner.unindexed.clear();
+        }
+        self.rev_tx.send_replace(list.revision);
+        let mut w = store
+            .watch(WatchRequest::prefix(self.prefix.clone()).from_revision(list.revision + 1))
+            .await?;
+        let notify = Arc::new(tokio::sync::Notify::new());
+        *self.progress.write() = Some(notify.clone());
+        let mut tick = tokio::time::interval(PROGRESS_EVERY);
+        loop {
+            tokio::select! {
+                resp = w.next() => {
+                    let Some(resp) = resp else { return Ok(()) };
+                    let resp = resp?;
+                    self.apply(resp);
+                }
+                _ = tick.tick() => w.request_progress(),
+                _ = notify.notified() => w.request_progress(),
+            }
+        }
+    }
+
+    fn apply(&self, resp: capstan_store::WatchResponse) {
+        let mut inner = self.inner.write();
+        for ev in resp.events {
+            let key = String::from_utf8_lossy(&ev.kv.key).into_owned();
+            let rev = ev.kv.mod_revision;
+            let prev = inner.objects.get(&key).cloned();
+            let event = match ev.kind {
+                EventKind::Put => {
+                    let obj = match CachedObject::new(self.info, &ev.kv.value, rev) {
+                        Ok(o) => Arc::new(o),
+                        Err(e) => {
+                            tracing::warn!(key, error = %e.message, "skipping unreadable object");
+                            continue;
+                        }
+                    };
+                    inner.objects.insert(key, obj.clone());
+                    let kind = if prev.is_some() {
+                        EventType::Modified
+                    } else {
+                        EventType::Added
+                    };
+                    CacheEvent::new(kind, obj, prev, rev)
+                }
+                EventKind::Delete => {
+                    inner.objects.remove(&key);
+                    let Some(last) = prev.clone().or_else(|| {
+                        let p = ev.prev.as_ref()?;
+                        CachedObject::new(self.info, &p.value, p.mod_revision)
+                            .ok()
+                            .map(Arc::new)
+                    }) else {
+                        continue;
+                    };
+                    // A deleted object is reported in its last state, at the delete's revision.
+                    let value = codec::decode_stored(&last.json, rev).ok();
+                    let obj = match value {
+                        Some(v) => {
+                            let json = Bytes::from(serde_json::to_vec(&v).unwrap_or_default());
+                            Arc::new(CachedObject::from_value(self.info, &v, json, rev))
+                        }
+                        None => last.clone(),
+                    };
+                    CacheEvent::new(EventType::Deleted, obj, Some(last), rev)
+                }
+            };
+            let event = Arc::new(event);
+            inner.window.push_back(event.clone());
+            if inner.window.len() > WINDOW {
+                inner.window.pop_front();
+            }
+            dispatch(&mut inner, &event);
+        }
+        inner.rev = inner.rev.max(resp.revision);
+        let rev = inner.rev;
+        drop(inner);
+        self.rev_tx.send_replace(rev);
+    }
+
+    /// The revision the cache is up to date with.
+    pub fn revision(&self) -> i64 {
+        self.inner.read().rev
+    }
+
+    /// Wait until the cache has caught up with `rev` (asking the store for progress), for at
+    /// most `timeout`. False if it did not.
+    pub async fn wait_for(&self, rev: i64, timeout: Duration) -> bool {
+        let mut rx = self.rev_tx.subscribe();
+        if *rx.borrow_and_update() >= rev {
+            return true;
+        }
+        if let Some(n) = self.progress.read().clone() {
+            n.notify_one();
+        }
+        tokio::time::timeout(timeout, async {
+            while *rx.borrow_and_update() < rev {
+                if rx.changed().await.is_err() {
+                    return false;
+                }
+            }
+            true
+        })
+        .await
+        .unwrap_or(false)
+    }
+
+    /// The cached objects that pass `filter`, sorted by key, with the cache's revision.
+    pub fn list(&self, filter: &Filter) -> (Vec<Arc<CachedObject>>, i64) {
+        let inner = self.inner.read();
+        let items = inner
+            .objects
+            .values()
+            .filter(|o| filter.matches(o))
+            .cloned()
+            .collect();
+        (items, inner.rev)
+    }
+
+    /// Start a watch after `rev` (or, with `initial`, with the current state as ADDED events).
+    pub fn subscribe(
+        self: &Arc<Self>,
+        filter: Filter,
+        rev: Option<i64>,
+    ) -> ApiResult<Subscription> {
+        let (tx, rx) = mpsc::channel(WATCHER_BUFFER);
+        let mut inner = self.inner.write();
+        let mut initial = Vec::new();
+        match rev {
+            None => {
+                for obj in inner.objects.values().filter(|o| filter.matches(o)) {
+                    let ev = CacheEvent::new(EventType::Added, obj.clone(), None, obj.rev);
+                    initial.push(WatchItem {
+                        kind: EventType::Added,
+                        event: Arc::new(ev),
+                    });
+                }
+            }
+            Some(rev) => {
+                let oldest = inner.window.front().map(|e| e.rev).unwrap_or(inner.rev + 1);
+                // Events after `rev` must all be in the window.
+                if rev + 1 < oldest && rev < inner.rev {
+                    return Err(ApiError::gone(format!(
+                        "too old resource version: {rev} ({})",
+                        oldest - 1
+                    )));
+                }
+                for ev in inner.window.iter().filter(|e| e.rev > rev) {
+                    if let Some(kind) = filter.event_type(ev) {
+                        initial.push(WatchItem {
+                            kind,
+                            event: ev.clone(),
+                        });
+                    }
+                }
+            }
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        match filter.node_name() {
+            Some(node) => {
+                inner
+                    .by_node
+                    .entry(node.to_string())
+                    .or_default()
+                    .insert(id);
+            }
+            None => {
+                inner.unindexed.insert(id);
+            }
+        }
+        inner.watchers.insert(id, Watcher { filter, tx });
+        Ok(Subscription {
+            initial,
+            rx,
+            id,
+            cache: self.clone(),
+        })
+    }
+
+    fn unsubscribe(&self, id: u64) {
+        let mut inner = self.inner.write();
+        remove_watcher(&mut inner, id);
+    }
+
+    /// Subscribe to the cache's revision (for bookmarks).
+    pub fn revisions(&self) -> watch::Receiver<i64> {
+        self.rev_tx.subscribe()
+    }
+
+    pub fn watcher_count(&self) -> usize {
+        self.inner.read().watchers.len()
+    }
+}
+
+/// Remove a watcher and its index entry.
+fn remove_watcher(inner: &mut Inner, id: u64) {
+    let Some(w) = inner.watchers.remove(&id) else {
+        return;
+    };
+    match w.filter.node_name() {
+        Some(node) => {
+            if let Some(ids) = inner.by_node.get_mut(node) {
+                ids.remove(&id);
+                if ids.is_empty() {
+                    inner.by_node.remove(node);
+                }
+            }
+        }
+        None => {
+            inner.unindexed.remove(&id);
+        }
+    }
+}
+
+/// Send `event` to every watcher whose filter it passes; close watchers that cannot keep up.
+fn dispatch(inner: &mut Inner, event: &Arc<CacheEvent>) {
+    // Watchers selecting one node only hear about that node's objects.
+    let mut ids: Vec<u64> = inner.unindexed.iter().copied().collect();
+    for obj in [Some(event.obj.as_ref()), event.prev.as_deref()]
+        .into_iter()
+        .flatten()
+    {
+        if let Some(node) = obj.field("spec.nodeName") {
+            if let Some(set) = inner.by_node.get(node) {
+                ids.extend(set.iter().copied());
+            }
+        }
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    let mut slow = Vec::new();
+    for id in ids {
+        let Some(w) = inner.watchers.get(&id) else {
+            continue;
+        };
+        if let Some(kind) = w.filter.event_type(event) {
+            let item = WatchItem {
+                kind,
+                event: event.clone(),
+            };
+            if w.tx.try_send(item).is_err() {
+                slow.push(id);
+            }
+        }
+    }
+    for id in slow {
+        tracing::debug!(id, "closing a watcher that fell behind");
+        remove_watcher(inner, id);
+    }
+}

@@ -1,0 +1,166 @@
+//! `capstan server`: the control plane — the API server over the store — in one process.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use capstan_apiserver::auth::{
+    AllowAuthenticated, AuthChain, MastersAuthorizer, X509Authenticator,
+};
+use capstan_apiserver::ApiServer;
+use capstan_pki::{ClientAuth, Pki, PkiOptions};
+use capstan_store::Store;
+
+#[derive(clap::Args, Debug)]
+pub struct ServerArgs {
+    /// Where the store, certificates and kubeconfigs are kept.
+    #[arg(long, default_value_os_t = crate::default_data_dir())]
+    data_dir: PathBuf,
+
+    /// The HTTPS port of the API server.
+    #[arg(long, default_value_t = 6443)]
+    secure_port: u16,
+
+    /// The address the API server listens on.
+    #[arg(long, default_value = "0.0.0.0")]
+    bind_address: std::net::IpAddr,
+
+    /// The address written into kubeconfigs and discovery (default: 127.0.0.1).
+    #[arg(long)]
+    advertise_address: Option<String>,
+
+    /// etcd client URLs; without them the embedded store in DATA_DIR/store is used.
+    #[arg(long, value_delimiter = ',')]
+    etcd_servers: Vec<String>,
+
+    /// The Service IP range; its first address is the `kubernetes` service's.
+    #[arg(long, default_value = "10.43.0.0/16")]
+    service_cluster_ip_range: String,
+
+    /// The NodePort range.
+    #[arg(long, default_value = "30000-32767")]
+    service_node_port_range: String,
+
+    /// More names or IPs for the serving certificate.
+    #[arg(long, value_delimiter = ',')]
+    tls_san: Vec<String>,
+
+    /// Allow unauthenticated requests as system:anonymous.
+    #[arg(long)]
+    anonymous_auth: bool,
+}
+
+pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&args.data_dir)
+        .with_context(|| format!("creating the data directory {}", args.data_dir.display()))?;
+    let store: Arc<dyn Store> = if args.etcd_servers.is_empty() {
+        let dir = args.data_dir.join("store");
+        Arc::new(
+            capstan_store::embedded::EmbeddedStore::open(&dir)
+                .with_context(|| format!("opening the store in {}", dir.display()))?,
+        )
+    } else {
+        Arc::new(
+            capstan_store::etcd::EtcdStore::connect(capstan_store::etcd::EtcdConfig::new(
+                args.etcd_servers.clone(),
+            ))
+            .await
+            .context("connecting to etcd")?,
+        )
+    };
+
+    let advertise = args
+        .advertise_address
+        .clone()
+        .unwrap_or_else(|| "127.0.0.1".into());
+    let mut extra_sans = args.tls_san.clone();
+    extra_sans.push(advertise.clone());
+    let pki_dir = args.data_dir.join("pki");
+    let pki = Pki::load_or_create(
+        &pki_dir,
+        PkiOptions {
+            service_cidr: args.service_cluster_ip_range.clone(),
+            extra_sans,
+            ..Default::default()
+        },
+    )
+    .with_context(|| format!("preparing certificates in {}", pki_dir.display()))?;
+
+    let server_url = format!("https://{}:{}", bracket_v6(&advertise), args.secure_port);
+    let kubeconfig = args.data_dir.join("admin.kubeconfig");
+    let (cert, key) = pki
+        .issue_client_cert(
+            "kubernetes-admin",
+            &["system:masters"],
+            Duration::from_secs(365 * 86400),
+        )
+        .context("issuing the admin certificate")?;
+    capstan_pki::kubeconfig::write(
+        &kubeconfig,
+        "capstan",
+        &server_url,
+        pki.ca_cert_pem(),
+        "admin",
+        &cert,
+        &key,
+    )
+    .with_context(|| format!("writing {}", kubeconfig.display()))?;
+
+    let auth = AuthChain {
+        authenticators: vec![Box::new(X509Authenticator)],
+        authorizers: vec![Box::new(MastersAuthorizer), Box::new(AllowAuthenticated)],
+        allow_anonymous: args.anonymous_auth,
+    };
+    let addr = SocketAddr::new(args.bind_address, args.secure_port);
+    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| {
+        format!(
+            "port {} is not available (listening on {addr})",
+            args.secure_port
+        )
+    })?;
+    let config = capstan_apiserver::Config {
+        advertise_address: format!("{}:{}", bracket_v6(&advertise), args.secure_port),
+        service_cidr: args.service_cluster_ip_range.clone(),
+        node_port_range: parse_port_range(&args.service_node_port_range)?,
+    };
+    let api = ApiServer::new(store, auth, config)
+        .await
+        .map_err(|e| anyhow::anyhow!(e))?;
+    let tls = pki
+        .server_tls_config(ClientAuth::Optional)
+        .context("building the TLS configuration")?;
+    tracing::info!(%addr, kubeconfig = %kubeconfig.display(), "API server ready");
+    eprintln!(
+        "capstan: API server ready on {server_url}; try: kubectl --kubeconfig {} get namespaces",
+        kubeconfig.display()
+    );
+    capstan_apiserver::server::serve(listener, tls, api, async {
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("stopping");
+    })
+    .await;
+    Ok(())
+}
+
+fn parse_port_range(s: &str) -> anyhow::Result<(u16, u16)> {
+    let bad = || anyhow::anyhow!("--service-node-port-range {s:?} is not a range like 30000-32767");
+    let (a, b) = s.split_once('-').ok_or_else(bad)?;
+    let (a, b): (u16, u16) = (
+        a.trim().parse().map_err(|_| bad())?,
+        b.trim().parse().map_err(|_| bad())?,
+    );
+    if a == 0 || a > b {
+        return Err(bad());
+    }
+    Ok((a, b))
+}
+
+fn bracket_v6(host: &str) -> String {
+    if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]")
+    } else {
+        host.to_string()
+    }
+}
