@@ -12,6 +12,7 @@ pub mod filter;
 pub mod handlers;
 pub mod metrics;
 pub mod patch;
+pub mod pods;
 pub mod registry;
 pub mod request;
 pub mod scale;
@@ -276,10 +277,6 @@ impl ApiServer {
         headers: &http::HeaderMap,
         body: Bytes,
     ) -> Result<Response<Body>, ApiError> {
-        let reg = self
-            .registry(&info.group, &info.version, &info.resource)
-            .ok_or_else(ApiError::not_found_path)?;
-        check_scope(reg.info, info)?;
         let accept = headers
             .get(http::header::ACCEPT)
             .and_then(|v| v.to_str().ok())
@@ -292,6 +289,24 @@ impl ApiServer {
             body,
             output,
         };
+        let core_pods = info.group.is_empty() && info.version == "v1";
+        if core_pods && info.verb == "create" {
+            let pods = self
+                .registry("", "v1", "pods")
+                .ok_or_else(|| ApiError::internal("no pod registry"))?;
+            match (info.resource.as_str(), info.subresource.as_str()) {
+                ("bindings", "") if !info.namespace.is_empty() => {
+                    return pods::bind(&pods, &call).await
+                }
+                ("pods", "binding") => return pods::bind(&pods, &call).await,
+                ("pods", "eviction") => return pods::evict(self, &pods, &call).await,
+                _ => {}
+            }
+        }
+        let reg = self
+            .registry(&info.group, &info.version, &info.resource)
+            .ok_or_else(ApiError::not_found_path)?;
+        check_scope(reg.info, info)?;
         if !info.subresource.is_empty() && !reg.info.has_subresource(&info.subresource) {
             return Err(ApiError::not_found_path());
         }

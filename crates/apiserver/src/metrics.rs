@@ -170,6 +170,7 @@ impl Metrics {
                 "apiserver_registered_watchers{{group=\"{g}\",kind=\"{k}\",version=\"{v}\"}} {n}"
             );
         }
+        process_metrics(&mut out);
         out.push_str("# HELP etcd_request_duration_seconds Etcd request latency in seconds for each operation and object type.\n# TYPE etcd_request_duration_seconds histogram\n");
         for (op, h) in self.store_ops.lock().iter() {
             h.render(
@@ -179,6 +180,32 @@ impl Metrics {
             );
         }
         out
+    }
+}
+
+/// process_resident_memory_bytes and process_cpu_seconds_total, as Go's process collector
+/// reports them (benchmarks read the server's memory from here).
+fn process_metrics(out: &mut String) {
+    let page = 4096u64;
+    let rss = std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map(|pages| pages * page);
+    if let Some(rss) = rss {
+        out.push_str("# HELP process_resident_memory_bytes Resident memory size in bytes.\n# TYPE process_resident_memory_bytes gauge\n");
+        let _ = writeln!(out, "process_resident_memory_bytes {rss}");
+    }
+    // utime and stime are fields 14 and 15 of /proc/self/stat, in clock ticks (100 Hz).
+    let cpu = std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| {
+            let rest = s.rsplit_once(')')?.1;
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            Some((f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?) / 100.0)
+        });
+    if let Some(cpu) = cpu {
+        out.push_str("# HELP process_cpu_seconds_total Total user and system CPU time spent in seconds.\n# TYPE process_cpu_seconds_total counter\n");
+        let _ = writeln!(out, "process_cpu_seconds_total {cpu}");
     }
 }
 

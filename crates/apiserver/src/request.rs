@@ -129,9 +129,12 @@ impl Query {
         self.get(key).unwrap_or("")
     }
 
-    /// A boolean flag: present with an empty value, "true" or "1".
+    /// A boolean flag: present with an empty value, or true as Go's strconv.ParseBool reads it.
     pub fn flag(&self, key: &str) -> bool {
-        matches!(self.get(key), Some("") | Some("true") | Some("1"))
+        matches!(
+            self.get(key),
+            Some("" | "1" | "t" | "T" | "true" | "TRUE" | "True")
+        )
     }
 
     pub fn insert(&mut self, key: &str, value: &str) {

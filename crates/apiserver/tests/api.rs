@@ -516,3 +516,85 @@ async fn discovery_and_version() {
     assert!(m.body.as_str().unwrap().contains("apiserver_request_total"));
     let _ = &m.headers;
 }
+
+#[tokio::test]
+async fn binding_assigns_once_and_eviction_honours_budgets() {
+    let a = api().await;
+    let pods = "/api/v1/namespaces/default/pods";
+    for name in ["a", "b"] {
+        let pod = json!({"metadata": {"name": name, "labels": {"app": "x"}}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}});
+        let r = a.post(pods, pod).await;
+        assert_eq!(r.code, 201, "{}", r.body);
+        // Defaults as Kubernetes fills them in.
+        assert_eq!(r.body["spec"]["restartPolicy"], "Always");
+        assert_eq!(r.body["spec"]["containers"][0]["imagePullPolicy"], "Always");
+        assert_eq!(r.body["status"]["phase"], "Pending");
+        assert_eq!(r.body["status"]["qosClass"], "BestEffort");
+    }
+    let bind = |name: &str, node: &str| json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name}, "target": {"kind": "Node", "name": node}});
+    let r = a.post(&format!("{pods}/a/binding"), bind("a", "n1")).await;
+    assert_eq!(r.code, 201, "{}", r.body);
+    let pod = a.get(&format!("{pods}/a")).await.body;
+    assert_eq!(pod["spec"]["nodeName"], "n1");
+    assert!(pod["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|c| c["type"] == "PodScheduled" && c["status"] == "True"));
+    let again = a.post(&format!("{pods}/a/binding"), bind("a", "n2")).await;
+    assert_eq!(again.code, 409, "{}", again.body);
+    // The legacy bindings resource does the same.
+    let r = a
+        .post("/api/v1/namespaces/default/bindings", bind("b", "n1"))
+        .await;
+    assert_eq!(r.code, 201, "{}", r.body);
+
+    // A budget that allows no disruption blocks eviction with 429.
+    let pdb = json!({"metadata": {"name": "budget"}, "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "x"}}}});
+    assert_eq!(
+        a.post(
+            "/apis/policy/v1/namespaces/default/poddisruptionbudgets",
+            pdb
+        )
+        .await
+        .code,
+        201
+    );
+    let status = json!({"status": {"disruptionsAllowed": 0, "currentHealthy": 2, "desiredHealthy": 2, "expectedPods": 2, "observedGeneration": 1}});
+    let r = a
+        .patch(
+            "/apis/policy/v1/namespaces/default/poddisruptionbudgets/budget/status",
+            "application/merge-patch+json",
+            status,
+        )
+        .await;
+    assert_eq!(r.code, 200, "{}", r.body);
+    let evict = json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "a"}});
+    let r = a.post(&format!("{pods}/a/eviction"), evict.clone()).await;
+    assert_eq!(
+        (r.code, r.body["reason"].as_str()),
+        (429, Some("TooManyRequests")),
+        "{}",
+        r.body
+    );
+    let allow = json!({"status": {"disruptionsAllowed": 1}});
+    a.patch(
+        "/apis/policy/v1/namespaces/default/poddisruptionbudgets/budget/status",
+        "application/merge-patch+json",
+        allow,
+    )
+    .await;
+    let r = a.post(&format!("{pods}/a/eviction"), evict).await;
+    assert_eq!(r.code, 201, "{}", r.body);
+    let pod = a.get(&format!("{pods}/a")).await.body;
+    assert!(
+        pod["metadata"]["deletionTimestamp"].is_string(),
+        "evicted pods terminate gracefully: {pod}"
+    );
+    let pdb = a
+        .get("/apis/policy/v1/namespaces/default/poddisruptionbudgets/budget")
+        .await
+        .body;
+    assert_eq!(pdb["status"]["disruptionsAllowed"], 0);
+    assert!(pdb["status"]["disruptedPods"]["a"].is_string());
+}

@@ -11,65 +11,90 @@ const CONTAINER: &str = "/dev/termination-log";
 
 #[test]
 fn minimal_pod_matches_kubectl_get() {
-    let pod = defaulted("", "Pod", json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "nginx", "namespace": "default"},
-        "spec": {"containers": [{"name": "nginx", "image": "nginx"}]}
-    }));
-    assert_eq!(pod["spec"], json!({
-        "containers": [{
-            "image": "nginx", "imagePullPolicy": "Always", "name": "nginx", "resources": {},
-            "terminationMessagePath": CONTAINER, "terminationMessagePolicy": "File"
-        }],
-        "dnsPolicy": "ClusterFirst", "enableServiceLinks": true, "restartPolicy": "Always",
-        "schedulerName": "default-scheduler", "securityContext": {}, "terminationGracePeriodSeconds": 30
-    }));
+    let pod = defaulted(
+        "",
+        "Pod",
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "nginx", "namespace": "default"},
+            "spec": {"containers": [{"name": "nginx", "image": "nginx"}]}
+        }),
+    );
+    assert_eq!(
+        pod["spec"],
+        json!({
+            "containers": [{
+                "image": "nginx", "imagePullPolicy": "Always", "name": "nginx", "resources": {},
+                "terminationMessagePath": CONTAINER, "terminationMessagePolicy": "File"
+            }],
+            "dnsPolicy": "ClusterFirst", "enableServiceLinks": true, "restartPolicy": "Always",
+            "schedulerName": "default-scheduler", "securityContext": {}, "terminationGracePeriodSeconds": 30
+        })
+    );
 }
 
 #[test]
 fn minimal_deployment_matches_kubectl_get() {
-    let d = defaulted("apps", "Deployment", json!({
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": "web", "namespace": "default"},
-        "spec": {
-            "selector": {"matchLabels": {"app": "web"}},
-            "template": {"metadata": {"labels": {"app": "web"}},
-                "spec": {"containers": [{"name": "nginx", "image": "nginx:1.27", "ports": [{"containerPort": 80}]}]}}
-        }
-    }));
-    assert_eq!(d["spec"], json!({
-        "progressDeadlineSeconds": 600, "replicas": 1, "revisionHistoryLimit": 10,
-        "selector": {"matchLabels": {"app": "web"}},
-        "strategy": {"rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}, "type": "RollingUpdate"},
-        "template": {
-            "metadata": {"creationTimestamp": null, "labels": {"app": "web"}},
+    let d = defaulted(
+        "apps",
+        "Deployment",
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "default"},
             "spec": {
-                "containers": [{
-                    "image": "nginx:1.27", "imagePullPolicy": "IfNotPresent", "name": "nginx",
-                    "ports": [{"containerPort": 80, "protocol": "TCP"}], "resources": {},
-                    "terminationMessagePath": CONTAINER, "terminationMessagePolicy": "File"
-                }],
-                "dnsPolicy": "ClusterFirst", "restartPolicy": "Always", "schedulerName": "default-scheduler",
-                "securityContext": {}, "terminationGracePeriodSeconds": 30
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {"metadata": {"labels": {"app": "web"}},
+                    "spec": {"containers": [{"name": "nginx", "image": "nginx:1.27", "ports": [{"containerPort": 80}]}]}}
             }
-        }
-    }));
+        }),
+    );
+    assert_eq!(
+        d["spec"],
+        json!({
+            "progressDeadlineSeconds": 600, "replicas": 1, "revisionHistoryLimit": 10,
+            "selector": {"matchLabels": {"app": "web"}},
+            "strategy": {"rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}, "type": "RollingUpdate"},
+            "template": {
+                "metadata": {"creationTimestamp": null, "labels": {"app": "web"}},
+                "spec": {
+                    "containers": [{
+                        "image": "nginx:1.27", "imagePullPolicy": "IfNotPresent", "name": "nginx",
+                        "ports": [{"containerPort": 80, "protocol": "TCP"}], "resources": {},
+                        "terminationMessagePath": CONTAINER, "terminationMessagePolicy": "File"
+                    }],
+                    "dnsPolicy": "ClusterFirst", "restartPolicy": "Always", "schedulerName": "default-scheduler",
+                    "securityContext": {}, "terminationGracePeriodSeconds": 30
+                }
+            }
+        })
+    );
     assert_eq!(d["status"], json!({}));
 }
 
 #[test]
 fn minimal_service_matches_kubectl_get() {
-    let s = defaulted("", "Service", json!({
-        "apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": "default"},
-        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]}
-    }));
-    assert_eq!(s["spec"], json!({
-        "internalTrafficPolicy": "Cluster", "ipFamilyPolicy": "SingleStack",
-        "ports": [{"port": 80, "protocol": "TCP", "targetPort": 80}],
-        "selector": {"app": "web"}, "sessionAffinity": "None", "type": "ClusterIP"
-    }));
+    let s = defaulted(
+        "",
+        "Service",
+        json!({
+            "apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]}
+        }),
+    );
+    assert_eq!(
+        s["spec"],
+        json!({
+            "internalTrafficPolicy": "Cluster", "ipFamilyPolicy": "SingleStack",
+            "ports": [{"port": 80, "protocol": "TCP", "targetPort": 80}],
+            "selector": {"app": "web"}, "sessionAffinity": "None", "type": "ClusterIP"
+        })
+    );
     assert_eq!(s["status"], json!({"loadBalancer": {}}));
-    let lb = defaulted("", "Service", json!({"spec": {"type": "LoadBalancer", "ports": [{"port": 443, "targetPort": "https"}]}}));
+    let lb = defaulted(
+        "",
+        "Service",
+        json!({"spec": {"type": "LoadBalancer", "ports": [{"port": 443, "targetPort": "https"}]}}),
+    );
     assert_eq!(lb["spec"]["externalTrafficPolicy"], "Cluster");
     assert_eq!(lb["spec"]["allocateLoadBalancerNodePorts"], true);
     assert_eq!(lb["spec"]["ports"][0]["targetPort"], "https");
@@ -77,10 +102,14 @@ fn minimal_service_matches_kubectl_get() {
 
 #[test]
 fn minimal_job_matches_kubectl_get() {
-    let mut job = defaulted("batch", "Job", json!({
-        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "pi", "namespace": "default"},
-        "spec": {"template": {"spec": {"containers": [{"name": "pi", "image": "perl:5.34.0"}], "restartPolicy": "Never"}}}
-    }));
+    let mut job = defaulted(
+        "batch",
+        "Job",
+        json!({
+            "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "pi", "namespace": "default"},
+            "spec": {"template": {"spec": {"containers": [{"name": "pi", "image": "perl:5.34.0"}], "restartPolicy": "Never"}}}
+        }),
+    );
     job["metadata"]["uid"] = json!("u-1");
     prepare_for_create("batch", "Job", &mut job);
     let labels = json!({"batch.kubernetes.io/controller-uid": "u-1", "batch.kubernetes.io/job-name": "pi", "controller-uid": "u-1", "job-name": "pi"});
@@ -93,68 +122,140 @@ fn minimal_job_matches_kubectl_get() {
     assert_eq!(spec["suspend"], false);
     assert_eq!(spec["manualSelector"], false);
     assert_eq!(spec["podReplacementPolicy"], "TerminatingOrFailed");
-    assert_eq!(spec["selector"], json!({"matchLabels": {"batch.kubernetes.io/controller-uid": "u-1"}}));
+    assert_eq!(
+        spec["selector"],
+        json!({"matchLabels": {"batch.kubernetes.io/controller-uid": "u-1"}})
+    );
     assert_eq!(spec["template"]["metadata"]["labels"], labels);
-    assert_eq!(spec["template"]["spec"]["containers"][0]["imagePullPolicy"], "IfNotPresent");
+    assert_eq!(
+        spec["template"]["spec"]["containers"][0]["imagePullPolicy"],
+        "IfNotPresent"
+    );
     assert_eq!(crate::validation::validate("batch", "Job", &job), vec![]);
 }
 
 #[test]
 fn workload_and_other_defaults() {
-    let sts = defaulted("apps", "StatefulSet", json!({"spec": {"template": {"spec": {"containers": []}},
-        "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}]}}));
+    let sts = defaulted(
+        "apps",
+        "StatefulSet",
+        json!({"spec": {"template": {"spec": {"containers": []}},
+        "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}]}}),
+    );
     assert_eq!(sts["spec"]["podManagementPolicy"], "OrderedReady");
-    assert_eq!(sts["spec"]["updateStrategy"], json!({"rollingUpdate": {"partition": 0}, "type": "RollingUpdate"}));
-    assert_eq!(sts["spec"]["persistentVolumeClaimRetentionPolicy"], json!({"whenDeleted": "Retain", "whenScaled": "Retain"}));
-    assert_eq!(sts["spec"]["volumeClaimTemplates"][0]["spec"]["volumeMode"], "Filesystem");
-    assert_eq!(sts["spec"]["volumeClaimTemplates"][0]["status"], json!({"phase": "Pending"}));
+    assert_eq!(
+        sts["spec"]["updateStrategy"],
+        json!({"rollingUpdate": {"partition": 0}, "type": "RollingUpdate"})
+    );
+    assert_eq!(
+        sts["spec"]["persistentVolumeClaimRetentionPolicy"],
+        json!({"whenDeleted": "Retain", "whenScaled": "Retain"})
+    );
+    assert_eq!(
+        sts["spec"]["volumeClaimTemplates"][0]["spec"]["volumeMode"],
+        "Filesystem"
+    );
+    assert_eq!(
+        sts["spec"]["volumeClaimTemplates"][0]["status"],
+        json!({"phase": "Pending"})
+    );
     let ds = defaulted("apps", "DaemonSet", json!({"spec": {}}));
-    assert_eq!(ds["spec"]["updateStrategy"], json!({"rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}, "type": "RollingUpdate"}));
-    let cj = defaulted("batch", "CronJob", json!({"spec": {"schedule": "@hourly", "jobTemplate": {"spec": {"template": {"spec": {"containers": []}}}}}}));
+    assert_eq!(
+        ds["spec"]["updateStrategy"],
+        json!({"rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}, "type": "RollingUpdate"})
+    );
+    let cj = defaulted(
+        "batch",
+        "CronJob",
+        json!({"spec": {"schedule": "@hourly", "jobTemplate": {"spec": {"template": {"spec": {"containers": []}}}}}}),
+    );
     assert_eq!(cj["spec"]["concurrencyPolicy"], "Allow");
     assert_eq!(cj["spec"]["successfulJobsHistoryLimit"], 3);
     assert_eq!(cj["spec"]["failedJobsHistoryLimit"], 1);
-    assert!(cj["spec"]["jobTemplate"]["spec"].get("backoffLimit").is_none());
+    assert!(cj["spec"]["jobTemplate"]["spec"]
+        .get("backoffLimit")
+        .is_none());
     let mut ns = defaulted("", "Namespace", json!({"metadata": {"name": "team-a"}}));
     prepare_for_create("", "Namespace", &mut ns);
-    assert_eq!(ns["metadata"]["labels"], json!({"kubernetes.io/metadata.name": "team-a"}));
+    assert_eq!(
+        ns["metadata"]["labels"],
+        json!({"kubernetes.io/metadata.name": "team-a"})
+    );
     assert_eq!(ns["spec"], json!({"finalizers": ["kubernetes"]}));
     assert_eq!(ns["status"], json!({"phase": "Active"}));
     assert_eq!(defaulted("", "Secret", json!({}))["type"], "Opaque");
-    let pvc = defaulted("", "PersistentVolumeClaim", json!({"spec": {"resources": {"requests": {"storage": "1.5Gi"}}}}));
+    let pvc = defaulted(
+        "",
+        "PersistentVolumeClaim",
+        json!({"spec": {"resources": {"requests": {"storage": "1.5Gi"}}}}),
+    );
     assert_eq!(pvc["spec"]["volumeMode"], "Filesystem");
     assert_eq!(pvc["spec"]["resources"]["requests"]["storage"], "1536Mi");
-    let rb = defaulted("rbac.authorization.k8s.io", "RoleBinding", json!({"roleRef": {"kind": "Role", "name": "r"}, "subjects": [{"kind": "User", "name": "jane"}]}));
+    let rb = defaulted(
+        "rbac.authorization.k8s.io",
+        "RoleBinding",
+        json!({"roleRef": {"kind": "Role", "name": "r"}, "subjects": [{"kind": "User", "name": "jane"}]}),
+    );
     assert_eq!(rb["roleRef"]["apiGroup"], "rbac.authorization.k8s.io");
     assert_eq!(rb["subjects"][0]["apiGroup"], "rbac.authorization.k8s.io");
-    let hpa = defaulted("autoscaling", "HorizontalPodAutoscaler", json!({"apiVersion": "autoscaling/v2", "spec": {"maxReplicas": 3}}));
+    let hpa = defaulted(
+        "autoscaling",
+        "HorizontalPodAutoscaler",
+        json!({"apiVersion": "autoscaling/v2", "spec": {"maxReplicas": 3}}),
+    );
     assert_eq!(hpa["spec"]["minReplicas"], 1);
-    assert_eq!(hpa["spec"]["metrics"][0]["resource"]["target"]["averageUtilization"], 80);
-    let sc = defaulted("storage.k8s.io", "StorageClass", json!({"provisioner": "x.io/y"}));
-    assert_eq!((sc["reclaimPolicy"].clone(), sc["volumeBindingMode"].clone()), (json!("Delete"), json!("Immediate")));
+    assert_eq!(
+        hpa["spec"]["metrics"][0]["resource"]["target"]["averageUtilization"],
+        80
+    );
+    let sc = defaulted(
+        "storage.k8s.io",
+        "StorageClass",
+        json!({"provisioner": "x.io/y"}),
+    );
+    assert_eq!(
+        (sc["reclaimPolicy"].clone(), sc["volumeBindingMode"].clone()),
+        (json!("Delete"), json!("Immediate"))
+    );
 }
 
 #[test]
 fn pod_spec_details() {
-    let pod = defaulted("", "Pod", json!({"spec": {
-        "containers": [{"name": "a", "image": "reg.io:5000/app@sha256:abc",
-            "resources": {"limits": {"cpu": "0.5", "memory": "128Mi"}},
-            "env": [{"name": "N", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
-            "livenessProbe": {"httpGet": {"port": 8080}}}],
-        "volumes": [{"name": "s", "secret": {"secretName": "x"}}, {"name": "c", "configMap": {"name": "y"}}, {"name": "e"}, {"name": "h", "hostPath": {"path": "/tmp"}}]
-    }}));
+    let pod = defaulted(
+        "",
+        "Pod",
+        json!({"spec": {
+            "containers": [{"name": "a", "image": "reg.io:5000/app@sha256:abc",
+                "resources": {"limits": {"cpu": "0.5", "memory": "128Mi"}},
+                "env": [{"name": "N", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                "livenessProbe": {"httpGet": {"port": 8080}}}],
+            "volumes": [{"name": "s", "secret": {"secretName": "x"}}, {"name": "c", "configMap": {"name": "y"}}, {"name": "e"}, {"name": "h", "hostPath": {"path": "/tmp"}}]
+        }}),
+    );
     let c = &pod["spec"]["containers"][0];
     assert_eq!(c["imagePullPolicy"], "IfNotPresent");
-    assert_eq!(c["resources"]["requests"], json!({"cpu": "500m", "memory": "128Mi"}));
+    assert_eq!(
+        c["resources"]["requests"],
+        json!({"cpu": "500m", "memory": "128Mi"})
+    );
     assert_eq!(c["env"][0]["valueFrom"]["fieldRef"]["apiVersion"], "v1");
-    assert_eq!(c["livenessProbe"], json!({"httpGet": {"port": 8080, "path": "/", "scheme": "HTTP"},
-        "timeoutSeconds": 1, "periodSeconds": 10, "successThreshold": 1, "failureThreshold": 3}));
+    assert_eq!(
+        c["livenessProbe"],
+        json!({"httpGet": {"port": 8080, "path": "/", "scheme": "HTTP"},
+        "timeoutSeconds": 1, "periodSeconds": 10, "successThreshold": 1, "failureThreshold": 3})
+    );
     let v = &pod["spec"]["volumes"];
     assert_eq!(v[0]["secret"]["defaultMode"], 420);
     assert_eq!(v[1]["configMap"]["defaultMode"], 420);
     assert_eq!(v[2]["emptyDir"], json!({}));
     assert_eq!(v[3]["hostPath"]["type"], "");
-    for (image, tag) in [("nginx", "latest"), ("nginx:latest", "latest"), ("nginx:1.2", "1.2"), ("localhost:5000/x", "latest"), ("x@sha256:1", "")] {
+    for (image, tag) in [
+        ("nginx", "latest"),
+        ("nginx:latest", "latest"),
+        ("nginx:1.2", "1.2"),
+        ("localhost:5000/x", "latest"),
+        ("x@sha256:1", ""),
+    ] {
         assert_eq!(image_tag(image), tag, "{image}");
     }
 }

@@ -353,7 +353,7 @@ fn stateful_set_spec(errs: &mut Errs, spec: &Value) {
     for (i, c) in arr(spec, "volumeClaimTemplates").iter().enumerate() {
         let p = format!("spec.volumeClaimTemplates[{i}]");
         meta::labels(errs, c.pointer("/metadata/labels"), &format!("{p}.labels"));
-        super::core::pvc_spec(
+        super::claims::pvc_spec(
             errs,
             c.get("spec").unwrap_or(&Value::Null),
             &format!("{p}.spec"),

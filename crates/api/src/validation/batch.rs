@@ -256,7 +256,7 @@ fn immutable_int(errs: &mut Errs, ns: &Value, os: &Value, f: &str) {
         let shown = ns
             .get(f)
             .filter(|v| !v.is_null())
-            .map_or("\"null\"".to_string(), |v| crate::field::show(v));
+            .map_or("\"null\"".to_string(), crate::field::show);
         errs.push(FieldError::immutable_shown(format!("spec.{f}"), &shown));
     }
 }

@@ -214,7 +214,7 @@ pub fn pod_spec(errs: &mut Errs, spec: &Value, pod_name: Option<&str>, is_pod: b
         get(spec, "nodeSelector"),
         &child(path, "nodeSelector"),
     );
-    container::pod_security_context(errs, spec, &child(path, "securityContext"));
+    super::resources::pod_security_context(errs, spec, &child(path, "securityContext"));
     for (i, r) in arr(spec, "imagePullSecrets").iter().enumerate() {
         if r.as_object().is_some_and(|o| o.keys().any(|k| k != "name")) {
             errs.push(FieldError::invalid_shown(
@@ -347,8 +347,8 @@ pub fn pod_spec(errs: &mut Errs, spec: &Value, pod_name: Option<&str>, is_pod: b
     if let Some(oh) = super::obj(spec, "overhead") {
         for (name, v) in oh {
             let p = super::key(&child(path, "overhead"), name);
-            container::container_resource_name(errs, name, &p);
-            container::quantity_value(errs, name, v, &p);
+            super::resources::container_resource_name(errs, name, &p);
+            super::resources::quantity_value(errs, name, v, &p);
         }
     }
     if let Some(os) = get(spec, "os") {

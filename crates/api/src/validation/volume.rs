@@ -295,7 +295,7 @@ fn source(errs: &mut Errs, vol: &Value, vol_name: &str, pod_name: Option<&str>, 
                                 "labels",
                             ),
                         );
-                        super::core::pvc_spec(
+                        super::claims::pvc_spec(
                             errs,
                             t.get("spec").unwrap_or(&Value::Null),
                             &child(&child(&sp, "volumeClaimTemplate"), "spec"),

@@ -178,8 +178,7 @@ impl Registry {
                 ));
             }
             self.prepare_create(&mut obj);
-            let mut errs = self.name_errors(&name, "metadata.name");
-            errs.extend(self.strategy.validate(&obj));
+            let errs = self.strategy.validate(&obj);
             if !errs.is_empty() {
                 return Err(ApiError::invalid(self.info, &name, errs));
             }
@@ -208,14 +207,6 @@ impl Registry {
         unreachable!("the loop returns")
     }
 
-    fn name_errors(&self, name: &str, field: &str) -> Vec<FieldError> {
-        self.strategy
-            .validate_name(name)
-            .into_iter()
-            .map(|msg| FieldError::invalid(field, &Value::String(name.to_string()), &msg))
-            .collect()
-    }
-
     /// System fields of a new object (uid, creationTimestamp, generation) and the strategy's
     /// preparation.
     fn prepare_create(&self, obj: &mut Value) {
@@ -240,6 +231,8 @@ impl Registry {
         if self.strategy.tracks_generation() {
             md.insert("generation".into(), json!(1));
         }
+        capstan_api::defaults::prepare_for_create(self.info.group, self.info.kind, obj);
+        capstan_api::defaults::apply(self.info.group, self.info.kind, obj);
     }
 
     /// Replace an object (PUT). `new` carries the client's resourceVersion, if any.
@@ -298,7 +291,13 @@ impl Registry {
                 return Err(ApiError::modified(self.info, name));
             }
             self.prepare_update(&mut next, &old, subresource);
-            let errs = self.strategy.validate_update(&next, &old);
+            // A binding is the scheduler's assignment, not a pod update: it skips the checks
+            // that forbid changing a pod's spec.
+            let errs = if subresource == "binding" {
+                Vec::new()
+            } else {
+                self.strategy.validate_update(&next, &old)
+            };
             if !errs.is_empty() {
                 return Err(ApiError::invalid(self.info, name, errs));
             }
@@ -343,6 +342,9 @@ impl Registry {
 
     /// Keep what clients may not change, apply the strategy, bump the generation.
     fn prepare_update(&self, next: &mut Value, old: &Value, subresource: &str) {
+        if subresource == "binding" {
+            return;
+        }
         if subresource == "status" {
             let status = next.get("status").cloned();
             *next = old.clone();
@@ -355,6 +357,8 @@ impl Registry {
             return;
         }
         self.strategy.prepare_for_update(next, old);
+        capstan_api::defaults::prepare_for_update(self.info.group, self.info.kind, next, old);
+        capstan_api::defaults::apply(self.info.group, self.info.kind, next);
         let old_md = meta::metadata(old).cloned().unwrap_or_default();
         let md = meta::metadata_mut(next);
         for f in [

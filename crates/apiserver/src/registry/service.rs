@@ -165,34 +165,6 @@ impl Strategy for ServiceStrategy {
         self.info
     }
 
-    fn prepare_for_update(&self, new: &mut Value, old: &Value) {
-        super::strategy::copy_field(new, old, "status");
-        // An update that leaves the allocated addresses out keeps them.
-        if new
-            .pointer("/spec/clusterIP")
-            .is_none_or(|v| v.as_str() == Some(""))
-        {
-            if let (Some(spec), Some(ip)) = (new.get_mut("spec"), old.pointer("/spec/clusterIP")) {
-                spec["clusterIP"] = ip.clone();
-            }
-        }
-        if new.pointer("/spec/clusterIPs").is_none() {
-            if let (Some(spec), Some(ips)) = (new.get_mut("spec"), old.pointer("/spec/clusterIPs"))
-            {
-                spec["clusterIPs"] = ips.clone();
-            }
-        }
-        for field in ["ipFamilies", "ipFamilyPolicy"] {
-            if new.pointer(&format!("/spec/{field}")).is_none() {
-                if let (Some(spec), Some(v)) =
-                    (new.get_mut("spec"), old.pointer(&format!("/spec/{field}")))
-                {
-                    spec[field] = v.clone();
-                }
-            }
-        }
-    }
-
     fn allocate(&self, obj: &mut Value, old: Option<&Value>) -> ApiResult<()> {
         let ty = svc_type(obj).to_string();
         let mut p = self.pools.lock();

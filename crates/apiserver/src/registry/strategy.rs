@@ -53,23 +53,16 @@ pub trait Strategy: Send + Sync {
         }
     }
 
-    /// Check a new object. Names are checked by the registry.
-    fn validate(&self, _obj: &Value) -> Vec<FieldError> {
-        Vec::new()
+    /// Check a new object (Kubernetes' validation for the kind, names included).
+    fn validate(&self, obj: &Value) -> Vec<FieldError> {
+        let i = self.info();
+        capstan_api::validation::validate(i.group, i.kind, obj)
     }
 
     /// Check an update (immutable fields etc.).
-    fn validate_update(&self, new: &Value, _old: &Value) -> Vec<FieldError> {
-        self.validate(new)
-    }
-
-    /// How names of this kind are checked.
-    fn validate_name(&self, name: &str) -> Vec<String> {
-        match self.info().kind {
-            "Namespace" | "Service" => dns1123_label(name),
-            "Role" | "ClusterRole" | "RoleBinding" | "ClusterRoleBinding" => path_segment(name),
-            _ => dns1123_subdomain(name),
-        }
+    fn validate_update(&self, new: &Value, old: &Value) -> Vec<FieldError> {
+        let i = self.info();
+        capstan_api::validation::validate_update(i.group, i.kind, new, old)
     }
 
     /// Take what the object needs from shared pools (cluster IPs, node ports); `old` on update.
@@ -93,7 +86,11 @@ fn initial_status(kind: &str, obj: &mut Value) {
     };
     match kind {
         "Pod" => {
-            map.insert("status".into(), json!({"phase": "Pending"}));
+            let qos = qos_class(map.get("spec"));
+            map.insert(
+                "status".into(),
+                json!({"phase": "Pending", "qosClass": qos}),
+            );
         }
         "Namespace" => {
             map.insert("status".into(), json!({"phase": "Active"}));
@@ -129,70 +126,35 @@ impl Strategy for DefaultStrategy {
     }
 }
 
-const DNS1123_LABEL_FMT: &str = "[a-z0-9]([-a-z0-9]*[a-z0-9])?";
-const DNS1123_SUBDOMAIN_FMT: &str =
-    "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
-
-fn is_label(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.iter()
-            .all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
-        && b[0] != b'-'
-        && b[b.len() - 1] != b'-'
-}
-
-/// Kubernetes' IsDNS1123Label messages.
-pub fn dns1123_label(name: &str) -> Vec<String> {
-    let mut errs = Vec::new();
-    if name.len() > 63 {
-        errs.push("must be no more than 63 characters".to_string());
-    }
-    if !is_label(name) {
-        errs.push(format!("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '{DNS1123_LABEL_FMT}')"));
-    }
-    errs
-}
-
-/// Kubernetes' IsDNS1123Subdomain messages.
-pub fn dns1123_subdomain(name: &str) -> Vec<String> {
-    let mut errs = Vec::new();
-    if name.len() > 253 {
-        errs.push("must be no more than 253 characters".to_string());
-    }
-    if !name.split('.').all(is_label) {
-        errs.push(format!("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '{DNS1123_SUBDOMAIN_FMT}')"));
-    }
-    errs
-}
-
-/// Kubernetes' path segment name rules (RBAC objects may contain ':').
-pub fn path_segment(name: &str) -> Vec<String> {
-    if name == "." || name == ".." {
-        return vec![format!("may not be '{name}'")];
-    }
-    for bad in ["/", "%"] {
-        if name.contains(bad) {
-            return vec![format!("may not contain '{bad}'")];
+/// A pod's QoS class from its containers' requests and limits (Kubernetes' `GetPodQOS`).
+fn qos_class(spec: Option<&Value>) -> &'static str {
+    let containers = ["containers", "initContainers"]
+        .iter()
+        .filter_map(|f| spec?.get(f)?.as_array())
+        .flatten();
+    let mut any = false;
+    let mut guaranteed = true;
+    let mut count = 0;
+    for c in containers {
+        count += 1;
+        let get = |what: &str, res: &str| c.pointer(&format!("/resources/{what}/{res}")).cloned();
+        for res in ["cpu", "memory"] {
+            let (req, lim) = (get("requests", res), get("limits", res));
+            if req.is_some() || lim.is_some() {
+                any = true;
+            }
+            match (req, lim) {
+                (_, None) => guaranteed = false,
+                (Some(r), Some(l)) if r != l => guaranteed = false,
+                _ => {}
+            }
         }
     }
-    Vec::new()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names_follow_rfc1123() {
-        assert!(dns1123_subdomain("my-app.example").is_empty());
-        assert!(!dns1123_subdomain("My_App").is_empty());
-        assert!(!dns1123_subdomain("-a").is_empty());
-        assert!(!dns1123_subdomain("a..b").is_empty());
-        assert!(dns1123_label("web-1").is_empty());
-        assert!(!dns1123_label("a.b").is_empty());
-        assert_eq!(dns1123_label(&"a".repeat(64)).len(), 1);
-        assert!(path_segment("system:controller").is_empty());
-        assert!(!path_segment("a/b").is_empty());
+    if !any {
+        "BestEffort"
+    } else if guaranteed && count > 0 {
+        "Guaranteed"
+    } else {
+        "Burstable"
     }
 }

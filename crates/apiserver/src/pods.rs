@@ -1,0 +1,265 @@
+//! Pod subresources with their own semantics: `binding` (the scheduler's assignment, also the
+//! legacy `bindings` resource) and `eviction` (deletion that honours PodDisruptionBudgets).
+//! Mirrors Kubernetes' `pkg/registry/core/pod/storage` (BindingREST, EvictionREST).
+
+use std::sync::Arc;
+
+use capstan_api::meta;
+use serde_json::{json, Value};
+
+use crate::error::{ApiError, ApiResult, FieldError};
+use crate::handlers::{value_response, Body, Call};
+use crate::registry::{DeleteOptions, Registry, WriteOptions};
+use crate::ApiServer;
+
+fn body_object(call: &Call) -> ApiResult<Value> {
+    let ct = call
+        .headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let v = crate::codec::decode_body(&call.body, crate::codec::body_type(ct)?)?;
+    if !v.is_object() {
+        return Err(ApiError::bad_request(
+            "the body of the request is not a JSON object",
+        ));
+    }
+    Ok(v)
+}
+
+fn success(code: u16) -> http::Response<Body> {
+    value_response(
+        code,
+        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": code}),
+    )
+}
+
+/// POST pods/<name>/binding or POST bindings: assign the pod to a node.
+pub async fn bind(pods: &Registry, call: &Call<'_>) -> ApiResult<http::Response<Body>> {
+    let binding = body_object(call)?;
+    let name = if call.info.name.is_empty() {
+        meta::name(&binding).to_string()
+    } else {
+        call.info.name.clone()
+    };
+    if !call.info.name.is_empty()
+        && !meta::name(&binding).is_empty()
+        && meta::name(&binding) != name
+    {
+        return Err(ApiError::bad_request(format!(
+            "name in URL does not match name in Binding object: {name} != {}",
+            meta::name(&binding)
+        )));
+    }
+    let target = binding
+        .pointer("/target/name")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let target_kind = binding
+        .pointer("/target/kind")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if target.is_empty() || !(target_kind.is_empty() || target_kind == "Node") {
+        let info = capstan_api::catalogue::find("", "v1", "bindings").expect("bindings exist");
+        return Err(ApiError::invalid(
+            info,
+            &name,
+            vec![FieldError::not_supported(
+                "target.kind",
+                &json!(target_kind),
+                &["Node"],
+            )],
+        ));
+    }
+    let opts = WriteOptions::default();
+    let ns = call.info.namespace.clone();
+    pods.update_with(&ns, &name, "binding", &opts, |old| {
+        if meta::deletion_timestamp(old).is_some() {
+            return Err(ApiError::conflict(
+                pods.info,
+                &name,
+                "pod is being deleted, cannot be assigned to a host",
+            ));
+        }
+        if let Some(node) = old
+            .pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .filter(|n| !n.is_empty())
+        {
+            return Err(ApiError::conflict(
+                pods.info,
+                &name,
+                &format!("pod {name} is already assigned to node \"{node}\""),
+            ));
+        }
+        let mut next = old.clone();
+        next["spec"]["nodeName"] = json!(target);
+        set_condition(&mut next, "PodScheduled", "True");
+        // Annotations on the Binding are copied to the pod, as Kubernetes does.
+        if let Some(annotations) = binding
+            .pointer("/metadata/annotations")
+            .and_then(Value::as_object)
+        {
+            let md = meta::metadata_mut(&mut next);
+            let target = md.entry("annotations").or_insert_with(|| json!({}));
+            if let Some(t) = target.as_object_mut() {
+                for (k, v) in annotations {
+                    t.insert(k.clone(), v.clone());
+                }
+            }
+        }
+        Ok(next)
+    })
+    .await?;
+    Ok(success(201))
+}
+
+fn set_condition(pod: &mut Value, ty: &str, status: &str) {
+    let now = meta::format_time(std::time::SystemTime::now());
+    if !pod.get("status").is_some_and(Value::is_object) {
+        pod["status"] = json!({});
+    }
+    let conds = pod["status"]
+        .as_object_mut()
+        .expect("object")
+        .entry("conditions")
+        .or_insert_with(|| json!([]));
+    let Some(list) = conds.as_array_mut() else {
+        return;
+    };
+    match list
+        .iter_mut()
+        .find(|c| c.get("type").and_then(Value::as_str) == Some(ty))
+    {
+        Some(c) => {
+            if c.get("status").and_then(Value::as_str) != Some(status) {
+                c["status"] = json!(status);
+                c["lastTransitionTime"] = json!(now);
+            }
+        }
+        None => list.push(
+            json!({"type": ty, "status": status, "lastProbeTime": null, "lastTransitionTime": now}),
+        ),
+    }
+}
+
+/// POST pods/<name>/eviction: delete the pod unless a PodDisruptionBudget forbids it.
+pub async fn evict(
+    api: &Arc<ApiServer>,
+    pods: &Registry,
+    call: &Call<'_>,
+) -> ApiResult<http::Response<Body>> {
+    let eviction = body_object(call)?;
+    let ns = call.info.namespace.clone();
+    let name = call.info.name.clone();
+    let pod = pods.get(&ns, &name).await?.value;
+    let pdbs = api
+        .registry("policy", "v1", "poddisruptionbudgets")
+        .ok_or_else(|| ApiError::internal("no PodDisruptionBudget registry"))?;
+    let finished = matches!(
+        pod.pointer("/status/phase").and_then(Value::as_str),
+        Some("Succeeded") | Some("Failed")
+    );
+    if !finished && meta::deletion_timestamp(&pod).is_none() {
+        let filter = crate::filter::Filter::new(pdbs.info, &ns, "", "")?;
+        let page = pdbs.list_from_store(&filter, 0, "", 0).await?;
+        let labels = meta::labels(&pod).cloned().unwrap_or_default();
+        let mut matching = Vec::new();
+        for item in &page.items {
+            let pdb: Value =
+                serde_json::from_slice(item).map_err(|e| ApiError::internal(e.to_string()))?;
+            let sel = pdb
+                .pointer("/spec/selector")
+                .cloned()
+                .unwrap_or(Value::Null);
+            let selector = capstan_api::selector::LabelSelector::from_json(&sel)
+                .map_err(|e| ApiError::internal(e.to_string()))?;
+            if !selector.is_nothing() && !selector.is_empty() && selector.matches(&labels) {
+                matching.push(pdb);
+            }
+        }
+        if matching.len() > 1 {
+            return Err(ApiError::internal(
+                "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
+            ));
+        }
+        if let Some(pdb) = matching.first() {
+            charge_budget(&pdbs, pdb, &name).await?;
+        }
+    }
+    let mut opts = DeleteOptions::default();
+    if let Some(d) = eviction.get("deleteOptions") {
+        opts.grace_period = d.get("gracePeriodSeconds").and_then(Value::as_i64);
+        opts.precondition_uid = d
+            .pointer("/preconditions/uid")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        opts.precondition_rv = d
+            .pointer("/preconditions/resourceVersion")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+    }
+    pods.delete(&ns, &name, &opts).await?;
+    Ok(success(201))
+}
+
+/// Take one disruption from the budget, or answer 429 as Kubernetes does.
+async fn charge_budget(pdbs: &Registry, pdb: &Value, pod: &str) -> ApiResult<()> {
+    let too_many = || {
+        let mut e = ApiError::new(
+            429,
+            "TooManyRequests",
+            "Cannot evict pod as it would violate the pod's disruption budget.",
+        );
+        e.details = Some(
+            json!({"causes": [{"reason": "DisruptionBudget", "message": format!(
+            "The disruption budget {} needs {} healthy pods and has {} currently",
+            meta::name(pdb),
+            pdb.pointer("/status/desiredHealthy").and_then(Value::as_i64).unwrap_or(0),
+            pdb.pointer("/status/currentHealthy").and_then(Value::as_i64).unwrap_or(0))}]}),
+        );
+        e
+    };
+    let observed = pdb
+        .pointer("/status/observedGeneration")
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
+    if observed < meta::generation(pdb) {
+        return Err(too_many());
+    }
+    if pdb
+        .pointer("/status/disruptionsAllowed")
+        .and_then(Value::as_i64)
+        .unwrap_or(0)
+        <= 0
+    {
+        return Err(too_many());
+    }
+    let now = meta::format_time(std::time::SystemTime::now());
+    pdbs.update_with(
+        meta::namespace(pdb),
+        meta::name(pdb),
+        "status",
+        &WriteOptions::default(),
+        |old| {
+            let allowed = old
+                .pointer("/status/disruptionsAllowed")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
+            if allowed <= 0 {
+                return Err(too_many());
+            }
+            let mut next = old.clone();
+            next["status"]["disruptionsAllowed"] = json!(allowed - 1);
+            let disrupted = next["status"]
+                .as_object_mut()
+                .expect("status is an object")
+                .entry("disruptedPods")
+                .or_insert_with(|| json!({}));
+            disrupted[pod] = json!(now);
+            Ok(next)
+        },
+    )
+    .await?;
+    Ok(())
+}
