@@ -9,6 +9,7 @@ pub mod fields;
 pub mod meta;
 pub mod openapi;
 pub mod patch;
+pub mod protobuf;
 pub mod schema;
 pub mod selector;
 pub mod table;

@@ -22,6 +22,8 @@ const STORED_PREFIX: &[u8] = b"{\"metadata\":{";
 pub enum BodyType {
     Json,
     Yaml,
+    /// Kubernetes' protobuf envelope (typed Go clients and kubectl's generators send it).
+    Protobuf,
 }
 
 /// Which body formats a Content-Type names.
@@ -35,6 +37,7 @@ pub fn body_type(content_type: &str) -> Result<BodyType, ApiError> {
     match base.as_str() {
         "" | "application/json" | "*/*" => Ok(BodyType::Json),
         "application/yaml" | "application/x-yaml" | "text/yaml" => Ok(BodyType::Yaml),
+        _ if capstan_api::protobuf::is_protobuf(&base) => Ok(BodyType::Protobuf),
         _ => Err(ApiError::unsupported_media_type(content_type)),
     }
 }
@@ -62,6 +65,17 @@ pub fn decode_body(body: &[u8], kind: BodyType) -> Result<Value, ApiError> {
             serde_json::to_value(v)
                 .map_err(|e| ApiError::bad_request(format!("error converting YAML to JSON: {e}")))?
         }
+        BodyType::Protobuf => capstan_api::protobuf::decode(body).map_err(|e| {
+            if e.is_unsupported() {
+                ApiError::new(
+                    415,
+                    "UnsupportedMediaType",
+                    format!("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml ({e})"),
+                )
+            } else {
+                ApiError::bad_request(format!("failed to decode protobuf body: {e}"))
+            }
+        })?,
     };
     Ok(value)
 }
@@ -209,11 +223,16 @@ mod tests {
             body_type("application/json; charset=utf-8").unwrap(),
             BodyType::Json
         );
+        assert_eq!(body_type("text/plain").unwrap_err().code, 415);
         assert_eq!(
-            body_type("application/vnd.kubernetes.protobuf")
+            body_type("application/vnd.kubernetes.protobuf").unwrap(),
+            BodyType::Protobuf
+        );
+        assert_eq!(
+            decode_body(b"not k8s", BodyType::Protobuf)
                 .unwrap_err()
                 .code,
-            415
+            400
         );
     }
 }

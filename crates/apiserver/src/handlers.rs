@@ -107,6 +107,8 @@ pub struct Call<'a> {
     pub info: &'a RequestInfo,
     pub query: &'a Query,
     pub headers: &'a HeaderMap,
+    /// Who is asking (authenticated).
+    pub user: &'a crate::auth::User,
     pub body: Bytes,
     pub output: Output,
 }
@@ -523,9 +525,42 @@ fn bookmark(info: &capstan_api::catalogue::ResourceInfo, rev: i64, initial_end: 
     )
 }
 
+/// What Kubernetes' strategies take from the requesting user on create: a
+/// CertificateSigningRequest's requestor (`spec.username`, `uid`, `groups`, `extra`), whatever
+/// the body said.
+fn set_creator(reg: &Registry, call: &Call, obj: &mut Value) {
+    if reg.info.group != "certificates.k8s.io" || reg.info.kind != "CertificateSigningRequest" {
+        return;
+    }
+    let Some(spec) = obj
+        .as_object_mut()
+        .map(|m| m.entry("spec").or_insert_with(|| json!({})))
+        .and_then(Value::as_object_mut)
+    else {
+        return;
+    };
+    for f in ["username", "uid", "groups", "extra"] {
+        spec.remove(f);
+    }
+    let user = call.user;
+    if !user.name.is_empty() {
+        spec.insert("username".into(), json!(user.name));
+    }
+    if !user.uid.is_empty() {
+        spec.insert("uid".into(), json!(user.uid));
+    }
+    if !user.groups.is_empty() {
+        spec.insert("groups".into(), json!(user.groups));
+    }
+    if !user.extra.is_empty() {
+        spec.insert("extra".into(), json!(user.extra));
+    }
+}
+
 pub async fn create(reg: &Registry, call: &Call<'_>) -> ApiResult<Response<Body>> {
     let mut obj = call.object_body()?;
     let warnings = check_body(reg, call, &mut obj)?;
+    set_creator(reg, call, &mut obj);
     let opts = call.write_options()?;
     let w = reg.create(&call.info.namespace, obj, &opts).await?;
     Ok(with_warnings(
@@ -622,6 +657,7 @@ pub async fn patch(reg: &Registry, call: &Call<'_>) -> ApiResult<Response<Body>>
         {
             let mut obj = patch_body.clone();
             let _ = check_body(reg, call, &mut obj)?;
+            set_creator(reg, call, &mut obj);
             let w = reg.create(&call.info.namespace, obj, &opts).await?;
             Ok(written_response(call, reg, 201, &w))
         }

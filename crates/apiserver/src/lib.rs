@@ -258,7 +258,7 @@ impl ApiServer {
         let mutating = !matches!(info.verb.as_str(), "get" | "list" | "watch");
         let _in_flight = self.metrics.in_flight(mutating);
         let resp = match self
-            .resource(&parts.method, &info, &query, &parts.headers, body)
+            .resource(&parts.method, &info, &query, &parts.headers, &user, body)
             .await
         {
             Ok(r) => r,
@@ -275,6 +275,7 @@ impl ApiServer {
         info: &RequestInfo,
         query: &Query,
         headers: &http::HeaderMap,
+        user: &auth::User,
         body: Bytes,
     ) -> Result<Response<Body>, ApiError> {
         let accept = headers
@@ -286,6 +287,7 @@ impl ApiServer {
             info,
             query,
             headers,
+            user,
             body,
             output,
         };
@@ -310,7 +312,13 @@ impl ApiServer {
         if !info.subresource.is_empty() && !reg.info.has_subresource(&info.subresource) {
             return Err(ApiError::not_found_path());
         }
-        if !info.subresource.is_empty() && !matches!(info.subresource.as_str(), "status" | "scale")
+        if info.subresource == "finalize" && info.verb != "update" {
+            return Err(ApiError::method_not_allowed(
+                "the server does not allow this method on the requested resource",
+            ));
+        }
+        if !info.subresource.is_empty()
+            && !matches!(info.subresource.as_str(), "status" | "scale" | "finalize")
         {
             return Err(ApiError::new(
                 501,

@@ -375,8 +375,9 @@ async fn bad_input_gets_a_clear_4xx() {
             CMS,
             "application/vnd.kubernetes.protobuf",
             "x".into(),
-            415,
+            400,
         ),
+        (Method::POST, CMS, "text/plain", "x".into(), 415),
         (
             Method::POST,
             CMS,

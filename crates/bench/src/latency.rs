@@ -10,11 +10,13 @@ pub(crate) struct Latencies {
 }
 
 /// The percentiles a measurement reports.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub(crate) struct Summary {
     pub count: u64,
     pub p50_ms: f64,
     pub p99_ms: f64,
+    /// The largest sample; 0 when there are none.
+    pub max_ms: f64,
 }
 
 impl Latencies {
@@ -49,6 +51,7 @@ impl Latencies {
             count: self.nanos.len() as u64,
             p50_ms: to_ms(percentile(&self.nanos, 0.50)),
             p99_ms: to_ms(percentile(&self.nanos, 0.99)),
+            max_ms: to_ms(self.nanos.last().copied().unwrap_or(0)),
         }
     }
 }
@@ -62,7 +65,7 @@ fn percentile(sorted: &[u64], p: f64) -> u64 {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
-fn to_ms(nanos: u64) -> f64 {
+pub(crate) fn to_ms(nanos: u64) -> f64 {
     nanos as f64 / 1e6
 }
 
@@ -80,6 +83,7 @@ mod tests {
         assert_eq!(s.count, 100);
         assert_eq!(s.p50_ms, 50.0);
         assert_eq!(s.p99_ms, 99.0);
+        assert_eq!(s.max_ms, 100.0);
     }
 
     #[test]

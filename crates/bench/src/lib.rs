@@ -3,6 +3,7 @@
 //! Each benchmark is a subcommand of `capstan bench` and also a library function, so that tests
 //! can run it in-process and check its measurements without spawning the binary.
 
+pub mod api;
 mod duration;
 mod latency;
 pub mod report;
@@ -22,11 +23,15 @@ pub struct BenchArgs {
 pub enum BenchCommand {
     /// The store alone: writes, point reads, ranges, watch latency and memory, embedded vs etcd.
     Store(store::StoreArgs),
+    /// Any Kubernetes API server through its API: creates, verbs, big lists, many watches,
+    /// memory.
+    Api(api::ApiArgs),
 }
 
 /// Run a benchmark subcommand, printing its measurements to stdout.
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     match args.command {
         BenchCommand::Store(args) => store::run(args).await,
+        BenchCommand::Api(args) => api::run(args).await,
     }
 }

@@ -210,6 +210,7 @@ mod tests {
             count: 100,
             p50_ms: 1.0,
             p99_ms: 2.0,
+            max_ms: 3.0,
         };
         Measurement::new(
             Backend::Etcd,

@@ -19,7 +19,7 @@ pub use crate::report::{Backend, Measurement, Workload};
 
 mod memory;
 mod watch;
-mod workloads;
+pub(crate) mod workloads;
 
 /// Arguments of `capstan bench store`.
 #[derive(clap::Args, Debug)]
@@ -221,7 +221,7 @@ pub async fn run(args: StoreArgs) -> Result<()> {
 
 /// Write one line to stdout, remembering the first failure (say, a closed pipe) instead of
 /// panicking as `println!` would.
-fn print_line(line: Result<String>, failed: &mut Option<anyhow::Error>) {
+pub(crate) fn print_line(line: Result<String>, failed: &mut Option<anyhow::Error>) {
     if failed.is_some() {
         return;
     }
@@ -365,7 +365,7 @@ async fn run_workloads(target: &Target<'_>, record: &mut dyn FnMut(Measurement))
 }
 
 /// A run identifier unique enough to keep concurrent and past runs' keys apart.
-fn run_id() -> String {
+pub(crate) fn run_id() -> String {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)

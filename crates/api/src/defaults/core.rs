@@ -11,6 +11,11 @@ pub fn apply(kind: &str, m: &mut Map<String, Value>) {
             pod::pod_spec(spec);
             pod::pod_only(spec);
             zero_status(m, json!({}));
+            if let Some(status) = m.get_mut("status").and_then(Value::as_object_mut) {
+                for (one, many) in [("podIP", "podIPs"), ("hostIP", "hostIPs")] {
+                    first_of_plural(status, one, many, |ip| json!({"ip": ip}));
+                }
+            }
         }
         "PodTemplate" => {
             if let Some(t) = m.get_mut("template") {
@@ -19,7 +24,10 @@ pub fn apply(kind: &str, m: &mut Map<String, Value>) {
         }
         "ReplicationController" => replication_controller(m),
         "Service" => service(m),
-        "Secret" => set_default(m, "type", json!("Opaque")),
+        "Secret" => {
+            set_default(m, "type", json!("Opaque"));
+            secret_string_data(m);
+        }
         "Namespace" => {
             if let Some(name) = m
                 .get("metadata")
@@ -31,11 +39,21 @@ pub fn apply(kind: &str, m: &mut Map<String, Value>) {
                 let labels = ensure_obj(ensure_obj(m, "metadata"), "labels");
                 labels.insert("kubernetes.io/metadata.name".into(), json!(name));
             }
-            ensure_obj(m, "spec");
+            let spec = ensure_obj(m, "spec");
+            // Go leaves out an empty list (`omitempty`), e.g. after finalize emptied it.
+            if spec
+                .get("finalizers")
+                .is_some_and(|f| f.as_array().is_some_and(Vec::is_empty) || f.is_null())
+            {
+                spec.remove("finalizers");
+            }
             let status = ensure_obj(m, "status");
             set_default(status, "phase", json!("Active"));
         }
         "Node" => {
+            if let Some(spec) = m.get_mut("spec").and_then(Value::as_object_mut) {
+                first_of_plural(spec, "podCIDR", "podCIDRs", |c| c.clone());
+            }
             let status = ensure_obj(m, "status");
             for f in ["capacity", "allocatable"] {
                 if let Some(l) = status.get_mut(f).and_then(Value::as_object_mut) {
@@ -103,6 +121,78 @@ pub fn apply(kind: &str, m: &mut Map<String, Value>) {
         }
         _ => {}
     }
+}
+
+/// The conversions of a singular field kept for compatibility and its plural (a node's
+/// `podCIDR`/`podCIDRs`, a pod's `podIP`/`podIPs`): only the plural exists inside Kubernetes,
+/// filled from the singular when empty, and the singular always reads back as its first item.
+fn first_of_plural(
+    m: &mut Map<String, Value>,
+    one: &str,
+    many: &str,
+    item: impl Fn(&Value) -> Value,
+) {
+    let first = m
+        .get(many)
+        .and_then(Value::as_array)
+        .and_then(|l| l.first())
+        .cloned();
+    match first {
+        Some(first) => {
+            let value = first.get("ip").cloned().unwrap_or(first);
+            if value.as_str().is_some_and(|v| !v.is_empty()) {
+                m.insert(one.into(), value);
+            }
+        }
+        None => {
+            if let Some(v) = m
+                .get(one)
+                .filter(|v| v.as_str().is_some_and(|s| !s.is_empty()))
+            {
+                let list = json!([item(v)]);
+                m.insert(many.into(), list);
+            }
+        }
+    }
+}
+
+/// Secret's v1 conversion: `stringData` is write-only, merged into `data` (base64, winning
+/// over the same key there) and never stored or returned.
+fn secret_string_data(m: &mut Map<String, Value>) {
+    let Some(Value::Object(string_data)) = m.remove("stringData") else {
+        return;
+    };
+    if string_data.is_empty() {
+        return;
+    }
+    let data = ensure_obj(m, "data");
+    for (k, v) in string_data {
+        if let Some(s) = v.as_str() {
+            data.insert(k, json!(base64_encode(s.as_bytes())));
+        }
+    }
+}
+
+/// Standard base64 with padding, as Go's `encoding/json` writes `[]byte`.
+fn base64_encode(data: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
+    for chunk in data.chunks(3) {
+        let b = [
+            chunk[0],
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i)) as usize & 63] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
 }
 
 /// `SetDefaults_PersistentVolumeClaimSpec` plus its resource lists.

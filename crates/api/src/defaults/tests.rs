@@ -269,3 +269,45 @@ fn service_update_keeps_allocated_values() {
     assert_eq!(new["spec"]["clusterIP"], "10.0.0.5");
     assert_eq!(new["spec"]["ports"][0]["nodePort"], 30080);
 }
+
+#[test]
+fn conversions_of_write_only_and_singular_fields() {
+    // stringData goes into data, base64, over the same key; it is never kept.
+    let secret = defaulted(
+        "",
+        "Secret",
+        json!({"data": {"a": "eA==", "b": "eQ=="}, "stringData": {"b": "admin", "c": "hi!"}}),
+    );
+    assert_eq!(
+        secret,
+        json!({"type": "Opaque", "data": {"a": "eA==", "b": "YWRtaW4=", "c": "aGkh"}})
+    );
+    assert_eq!(
+        defaulted("", "Secret", json!({"stringData": {"k": ""}}))["data"],
+        json!({"k": ""})
+    );
+
+    let node = defaulted("", "Node", json!({"spec": {"podCIDR": "10.42.1.0/24"}}));
+    assert_eq!(node["spec"]["podCIDRs"], json!(["10.42.1.0/24"]));
+    let node = defaulted(
+        "",
+        "Node",
+        json!({"spec": {"podCIDRs": ["10.42.2.0/24", "fd00::/64"]}}),
+    );
+    assert_eq!(node["spec"]["podCIDR"], "10.42.2.0/24");
+
+    let pod = defaulted(
+        "",
+        "Pod",
+        json!({"spec": {"containers": []}, "status": {"podIP": "10.42.0.7", "hostIP": "192.168.1.10"}}),
+    );
+    assert_eq!(pod["status"]["podIPs"], json!([{"ip": "10.42.0.7"}]));
+    assert_eq!(pod["status"]["hostIPs"], json!([{"ip": "192.168.1.10"}]));
+    let pod = defaulted(
+        "",
+        "Pod",
+        json!({"spec": {"containers": []}, "status": {"podIPs": [{"ip": "10.42.0.8"}]}}),
+    );
+    assert_eq!(pod["status"]["podIP"], "10.42.0.8");
+    assert!(pod["status"].get("hostIPs").is_none());
+}

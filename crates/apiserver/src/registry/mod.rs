@@ -314,7 +314,7 @@ impl Registry {
             }
             if meta::deletion_timestamp(&next).is_some()
                 && meta::finalizers(&next).is_empty()
-                && deletion_grace(&next) == 0
+                && delete_during_update(self.info, &next)
             {
                 // The last finalizer is gone: the object goes away now.
                 match self
@@ -354,10 +354,15 @@ impl Registry {
                     None => map.remove("status"),
                 };
             }
+            strategy::prepare_for_status_update(self.info.kind, next, old);
+            capstan_api::defaults::apply(self.info.group, self.info.kind, next);
             return;
         }
         self.strategy.prepare_for_update(next, old);
-        capstan_api::defaults::prepare_for_update(self.info.group, self.info.kind, next, old);
+        // A namespace's finalize changes `spec.finalizers`, which other updates keep.
+        if subresource != "finalize" {
+            capstan_api::defaults::prepare_for_update(self.info.group, self.info.kind, next, old);
+        }
         capstan_api::defaults::apply(self.info.group, self.info.kind, next);
         let old_md = meta::metadata(old).cloned().unwrap_or_default();
         let md = meta::metadata_mut(next);
@@ -374,7 +379,7 @@ impl Registry {
             };
         }
         md.remove("selfLink");
-        if self.strategy.tracks_generation() && old.get("spec") != next.get("spec") {
+        if self.strategy.tracks_generation() && self.strategy.generation_changes(old, next) {
             let g = meta::generation(old) + 1;
             meta::metadata_mut(next).insert("generation".into(), json!(g));
         }
@@ -467,6 +472,11 @@ impl Registry {
 
     /// Mark `obj` as being deleted if it cannot go at once. True when it must stay for now.
     fn plan_delete(&self, obj: &mut Value, opts: &DeleteOptions) -> bool {
+        if self.info.group.is_empty() && self.info.kind == "Namespace" {
+            if let Some(stays) = plan_namespace_delete(obj, opts) {
+                return stays;
+            }
+        }
         let mut finalizers = meta::finalizers(obj);
         let propagation = opts.propagation.clone().unwrap_or_else(|| {
             if self.info.kind == "ReplicationController" {
@@ -603,11 +613,71 @@ impl Registry {
     }
 }
 
+/// Kubernetes' `ShouldDeleteDuringUpdate` for an object being deleted whose last finalizer
+/// went: only when its deletion had no grace period left (`deletionGracePeriodSeconds: 0`),
+/// and for a namespace only once `spec.finalizers` is empty too.
+fn delete_during_update(info: &ResourceInfo, obj: &Value) -> bool {
+    let no_grace = meta::metadata(obj)
+        .and_then(|m| m.get("deletionGracePeriodSeconds"))
+        .and_then(Value::as_i64)
+        == Some(0);
+    let namespace_finalizers = info.group.is_empty()
+        && info.kind == "Namespace"
+        && obj
+            .pointer("/spec/finalizers")
+            .and_then(Value::as_array)
+            .is_some_and(|f| !f.is_empty());
+    no_grace && !namespace_finalizers
+}
+
 fn deletion_grace(obj: &Value) -> i64 {
     meta::metadata(obj)
         .and_then(|m| m.get("deletionGracePeriodSeconds"))
         .and_then(Value::as_i64)
         .unwrap_or(0)
+}
+
+/// Kubernetes' namespace `REST.Delete`: the first delete only marks the namespace (deletion
+/// timestamp, phase Terminating, the orphan/foreground finalizers the options ask for) so that
+/// the namespace controller can empty it; it goes once `spec.finalizers` is empty (through
+/// `finalize`). `None`: carry on with the generic delete.
+fn plan_namespace_delete(obj: &mut Value, opts: &DeleteOptions) -> Option<bool> {
+    if meta::deletion_timestamp(obj).is_none() {
+        let mut finalizers = meta::finalizers(obj);
+        for (finalizer, policy) in [("orphan", "Orphan"), ("foregroundDeletion", "Foreground")] {
+            let Some(p) = opts.propagation.as_deref() else {
+                continue;
+            };
+            let has = finalizers.iter().any(|f| f == finalizer);
+            if p == policy && !has {
+                finalizers.push(finalizer.to_string());
+            } else if p != policy && has {
+                finalizers.retain(|f| f != finalizer);
+            }
+        }
+        if finalizers != meta::finalizers(obj) {
+            meta::set_finalizers(obj, &finalizers);
+        }
+        meta::metadata_mut(obj).insert(
+            "deletionTimestamp".into(),
+            Value::String(meta::format_time(SystemTime::now())),
+        );
+        if let Some(map) = obj.as_object_mut() {
+            let status = map.entry("status").or_insert_with(|| json!({}));
+            if let Some(status) = status.as_object_mut() {
+                status.insert("phase".into(), json!("Terminating"));
+            }
+        }
+        return Some(true);
+    }
+    let spec_finalizers = obj
+        .pointer("/spec/finalizers")
+        .and_then(Value::as_array)
+        .is_some_and(|f| !f.is_empty());
+    if spec_finalizers {
+        return Some(true);
+    }
+    None
 }
 
 fn set_deletion(obj: &mut Value, grace: i64) {

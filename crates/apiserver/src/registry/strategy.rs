@@ -10,7 +10,8 @@ use crate::error::{ApiResult, FieldError};
 pub trait Strategy: Send + Sync {
     fn info(&self) -> &'static ResourceInfo;
 
-    /// Spec changes bump `metadata.generation` (workload kinds do; ConfigMaps do not).
+    /// New objects start at `metadata.generation` 1 and spec changes bump it (workload kinds
+    /// do; ConfigMaps, HorizontalPodAutoscalers and StorageClasses do not).
     fn tracks_generation(&self) -> bool {
         matches!(
             self.info().kind,
@@ -21,13 +22,35 @@ pub trait Strategy: Send + Sync {
                 | "Job"
                 | "CronJob"
                 | "ReplicationController"
-                | "HorizontalPodAutoscaler"
+                | "PodTemplate"
                 | "PodDisruptionBudget"
                 | "Ingress"
+                | "IngressClass"
                 | "NetworkPolicy"
+                | "EndpointSlice"
                 | "PriorityClass"
-                | "StorageClass"
         )
+    }
+
+    /// Whether an update changes what `metadata.generation` counts.
+    fn generation_changes(&self, old: &Value, new: &Value) -> bool {
+        match self.info().kind {
+            "PodTemplate" => old.get("template") != new.get("template"),
+            // Everything but the metadata, and the labels too.
+            "EndpointSlice" => {
+                let content = |v: &Value| -> Value {
+                    let mut v = v.clone();
+                    if let Some(m) = v.as_object_mut() {
+                        let labels = m.get("metadata").and_then(|md| md.get("labels")).cloned();
+                        m.insert("metadata".into(), json!({"labels": labels}));
+                    }
+                    v
+                };
+                content(old) != content(new)
+            }
+            // A PriorityClass has no spec: it stays at generation 1.
+            _ => old.get("spec") != new.get("spec"),
+        }
     }
 
     /// The kind has a status subresource: writes to the main resource keep the stored
@@ -95,10 +118,45 @@ fn initial_status(kind: &str, obj: &mut Value) {
         "Namespace" => {
             map.insert("status".into(), json!({"phase": "Active"}));
         }
-        "PersistentVolume" | "PersistentVolumeClaim" => {
+        "PersistentVolume" => {
+            let now = capstan_api::meta::format_time(std::time::SystemTime::now());
+            map.insert(
+                "status".into(),
+                json!({"phase": "Pending", "lastPhaseTransitionTime": now}),
+            );
+        }
+        "PersistentVolumeClaim" => {
             map.insert("status".into(), json!({"phase": "Pending"}));
         }
         _ => {}
+    }
+}
+
+/// What Kubernetes' status strategies add to a status update (`new` already carries the
+/// stored object with the new status): a PersistentVolume stamps `lastPhaseTransitionTime`
+/// when its phase changes, and keeps the old stamp otherwise.
+pub fn prepare_for_status_update(kind: &str, new: &mut Value, old: &Value) {
+    if kind != "PersistentVolume" {
+        return;
+    }
+    let old_phase = old.pointer("/status/phase").cloned();
+    let old_time = old.pointer("/status/lastPhaseTransitionTime").cloned();
+    let Some(status) = new.get_mut("status").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let new_time = status
+        .get("lastPhaseTransitionTime")
+        .filter(|t| !t.is_null())
+        .cloned();
+    if status.get("phase") == old_phase.as_ref() {
+        if new_time.is_none() {
+            if let Some(t) = old_time {
+                status.insert("lastPhaseTransitionTime".into(), t);
+            }
+        }
+    } else if new_time.is_none() || new_time == old_time {
+        let now = capstan_api::meta::format_time(std::time::SystemTime::now());
+        status.insert("lastPhaseTransitionTime".into(), json!(now));
     }
 }
 
