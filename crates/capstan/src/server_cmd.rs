@@ -71,10 +71,17 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         )
     };
 
+    // The address other nodes and pods reach us at (the `kubernetes` Endpoints); local clients
+    // use the bind address, or loopback when listening everywhere.
     let advertise = args
         .advertise_address
         .clone()
-        .unwrap_or_else(|| "127.0.0.1".into());
+        .unwrap_or_else(|| host_address().unwrap_or_else(|| "127.0.0.1".into()));
+    let local = if args.bind_address.is_unspecified() || args.bind_address.is_loopback() {
+        "127.0.0.1".to_string()
+    } else {
+        args.bind_address.to_string()
+    };
     let mut extra_sans = args.tls_san.clone();
     extra_sans.push(advertise.clone());
     let pki_dir = args.data_dir.join("pki");
@@ -88,7 +95,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     )
     .with_context(|| format!("preparing certificates in {}", pki_dir.display()))?;
 
-    let server_url = format!("https://{}:{}", bracket_v6(&advertise), args.secure_port);
+    let server_url = format!("https://{}:{}", bracket_v6(&local), args.secure_port);
     let kubeconfig = args.data_dir.join("admin.kubeconfig");
     let (cert, key) = pki
         .issue_client_cert(
@@ -142,6 +149,15 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     })
     .await;
     Ok(())
+}
+
+/// The host's primary IPv4 address: the source address the kernel would pick for a route out.
+/// A UDP "connect" only looks the route up; no packet is sent.
+fn host_address() -> Option<String> {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    socket.connect("10.255.255.255:9").ok()?;
+    let ip = socket.local_addr().ok()?.ip();
+    (!ip.is_loopback() && !ip.is_unspecified()).then(|| ip.to_string())
 }
 
 fn parse_port_range(s: &str) -> anyhow::Result<(u16, u16)> {
