@@ -3,6 +3,7 @@
 //! server-side table columns. The API server (crates/apiserver) drives these.
 
 pub mod catalogue;
+pub mod convert;
 pub mod defaults;
 pub mod field;
 pub mod fields;

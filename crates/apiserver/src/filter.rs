@@ -1,13 +1,14 @@
 //! Which objects a list or watch wants: namespace, label selector, field selector.
 
 use capstan_api::catalogue::ResourceInfo;
-use capstan_api::selector::field::FieldSelector;
+use capstan_api::selector::field::{FieldRequirement, FieldSelector};
 use capstan_api::selector::label::LabelSelector;
 
 use crate::error::{ApiError, ApiResult};
 use crate::watch_cache::{CacheEvent, CachedObject, EventType};
 
-/// A list/watch filter. Cheap to evaluate against a cached object.
+/// A list/watch filter. Cheap to evaluate against a cached object. Field selector terms are
+/// kept under the selectable field names of the storage version, which cached objects carry.
 #[derive(Debug, Clone)]
 pub struct Filter {
     pub namespace: Option<String>,
@@ -47,11 +48,30 @@ impl Filter {
         } else {
             let fs = FieldSelector::parse(field_selector)
                 .map_err(|e| ApiError::bad_request(e.to_string()))?;
+            // Each label names a selectable field, under the name cached objects know it by:
+            // events.k8s.io's `regarding.name` is the stored event's `involvedObject.name`, a
+            // pod's legacy `spec.host` its `spec.nodeName`.
+            let mut renamed = false;
+            let mut terms = Vec::with_capacity(fs.requirements().len());
             for req in fs.requirements() {
-                capstan_api::fields::check(info.group, info.kind, &req.field)
+                let field = capstan_api::fields::check(info.group, info.kind, &req.field)
                     .map_err(ApiError::bad_request)?;
+                renamed |= field != req.field;
+                terms.push(
+                    FieldRequirement {
+                        field: field.to_string(),
+                        ..req.clone()
+                    }
+                    .to_string(),
+                );
             }
-            Some(fs)
+            if renamed {
+                FieldSelector::parse(&terms.join(","))
+                    .map(Some)
+                    .map_err(|e| ApiError::bad_request(e.to_string()))?
+            } else {
+                Some(fs)
+            }
         };
         let node_name = fields
             .as_ref()
@@ -105,5 +125,39 @@ impl Filter {
             (_, true, false) => Some(EventType::Deleted),
             (_, false, false) => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use capstan_api::catalogue::find;
+
+    #[test]
+    fn field_labels_are_kept_under_the_stored_field_names() {
+        let events = find("events.k8s.io", "v1", "events").unwrap();
+        let f = Filter::new(
+            events,
+            "",
+            "",
+            "regarding.name=web-0,reportingController=kubelet",
+        )
+        .unwrap();
+        let fields: Vec<String> = f
+            .fields
+            .unwrap()
+            .requirements()
+            .iter()
+            .map(|r| r.to_string())
+            .collect();
+        assert_eq!(
+            fields,
+            ["involvedObject.name=web-0", "reportingComponent=kubelet"]
+        );
+        // A pod's legacy label is its node name, indexed as such.
+        let pods = find("", "v1", "pods").unwrap();
+        let f = Filter::new(pods, "", "", "spec.host=n1").unwrap();
+        assert_eq!(f.node_name(), Some("n1"));
+        assert!(Filter::new(events, "", "", "involvedObject.name=x").is_err());
     }
 }

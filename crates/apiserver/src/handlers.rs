@@ -1,6 +1,11 @@
 //! HTTP handlers for resource requests: the verbs get, list, watch, create, update, patch,
 //! delete and deletecollection over a [`Registry`], with Kubernetes' query parameters, content
 //! negotiation (JSON, Table) and `Status` errors.
+//!
+//! Bodies, JSON responses and watch events are in the request's version (the registry's; see
+//! the registry's module documentation for resources stored in another version). Tables and
+//! PartialObjectMetadata are made from the stored form, as Kubernetes makes them from the
+//! internal object; objects embedded whole in a Table row are in the request's version.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -204,10 +209,37 @@ fn written_response(call: &Call, reg: &Registry, code: u16, w: &Written) -> Resp
         Output::Json => json_response(code, w.json.clone()),
         Output::Table(include) => value_response(
             code,
-            &tables::table(reg.info, &[&w.value], include, list_meta(w.rev, None, None)),
+            &table_of(
+                reg,
+                &[w.storage_value()],
+                include,
+                list_meta(w.rev, None, None),
+            ),
         ),
-        Output::Metadata => value_response(code, &tables::partial_metadata(&w.value)),
+        Output::Metadata => value_response(code, &tables::partial_metadata(w.storage_value())),
     }
+}
+
+/// A Table of objects given in their storage version: rows are printed from that form (as
+/// Kubernetes prints the internal object); objects embedded whole (`includeObject=Object`)
+/// are in the registry's version.
+fn table_of(
+    reg: &Registry,
+    stored: &[&Value],
+    include: tables::IncludeObject,
+    meta: Value,
+) -> Value {
+    let mut t = tables::table(reg.info, stored, include, meta);
+    if reg.converts() && include == tables::IncludeObject::Object {
+        if let Some(rows) = t.get_mut("rows").and_then(Value::as_array_mut) {
+            for (row, obj) in rows.iter_mut().zip(stored) {
+                if let Some(r) = row.as_object_mut() {
+                    r.insert("object".into(), reg.from_storage((*obj).clone()));
+                }
+            }
+        }
+    }
+    t
 }
 
 fn list_meta(rev: i64, cont: Option<&str>, remaining: Option<i64>) -> Value {
@@ -265,13 +297,20 @@ pub async fn list(reg: &Registry, call: &Call<'_>) -> ApiResult<Response<Body>> 
         ));
     }
     let from_store = !cont.is_empty() || rv_match == "Exact" || (limit > 0 && rv != "0");
-    let (items, rev, cont_out, remaining) = if from_store {
+    // The items in their storage version, and in the request's version when that differs.
+    let (stored, items, rev, cont_out, remaining) = if from_store {
         let at = if rv_match == "Exact" { rv_num } else { 0 };
         if rv_match == "NotOlderThan" && rv_num > 0 {
             reg.cache.wait_for(rv_num, Duration::from_secs(3)).await;
         }
         let page = reg.list_from_store(&filter, limit, cont, at).await?;
-        (page.items, page.rev, page.continue_token, page.remaining)
+        (
+            page.stored,
+            reg.converts().then_some(page.items),
+            page.rev,
+            page.continue_token,
+            page.remaining,
+        )
     } else {
         let fresh = if rv.is_empty() {
             reg.cache_is_fresh().await
@@ -292,33 +331,32 @@ pub async fn list(reg: &Registry, call: &Call<'_>) -> ApiResult<Response<Body>> 
         };
         if fresh {
             let (objs, rev) = reg.cache.list(&filter);
-            (
-                objs.iter().map(|o| o.json.clone()).collect(),
-                rev,
-                None,
-                None,
-            )
+            let stored = objs.iter().map(|o| o.json.clone()).collect();
+            let items = (reg.converts() && call.output == Output::Json)
+                .then(|| objs.iter().map(|o| reg.wire(o)).collect());
+            (stored, items, rev, None, None)
         } else {
             let page = reg.list_from_store(&filter, 0, "", 0).await?;
-            (page.items, page.rev, None, None)
+            let items = reg.converts().then_some(page.items);
+            (page.stored, items, page.rev, None, None)
         }
     };
     let meta = list_meta(rev, cont_out.as_deref(), remaining);
     match call.output {
-        Output::Json => Ok(json_response(200, list_body(reg, &meta, &items))),
+        Output::Json => {
+            let items = items.as_ref().unwrap_or(&stored);
+            Ok(json_response(200, list_body(reg, &meta, items)))
+        }
         Output::Table(include) => {
-            let values: Vec<Value> = items
+            let values: Vec<Value> = stored
                 .iter()
                 .filter_map(|b| serde_json::from_slice(b).ok())
                 .collect();
             let refs: Vec<&Value> = values.iter().collect();
-            Ok(value_response(
-                200,
-                &tables::table(reg.info, &refs, include, meta),
-            ))
+            Ok(value_response(200, &table_of(reg, &refs, include, meta)))
         }
         Output::Metadata => {
-            let values: Vec<Value> = items
+            let values: Vec<Value> = stored
                 .iter()
                 .filter_map(|b| serde_json::from_slice::<Value>(b).ok())
                 .map(|v| tables::partial_metadata(&v))
@@ -424,6 +462,10 @@ pub async fn watch(reg: Arc<Registry>, call: &Call<'_>) -> ApiResult<Response<Bo
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(64);
     let info = reg.info;
     let mut revisions = reg.cache.revisions();
+    let frame = {
+        let reg = reg.clone();
+        move |item: &WatchItem| frame(&reg, item, output)
+    };
     tokio::spawn(async move {
         let mut sub = sub;
         let deadline = tokio::time::sleep(timeout);
@@ -431,7 +473,7 @@ pub async fn watch(reg: Arc<Registry>, call: &Call<'_>) -> ApiResult<Response<Bo
         let mut last_rev = from.unwrap_or(0);
         for item in std::mem::take(&mut sub.initial) {
             last_rev = last_rev.max(item.event.rev);
-            if tx.send(frame(info, &item, output)).await.is_err() {
+            if tx.send(frame(&item)).await.is_err() {
                 return;
             }
         }
@@ -449,7 +491,7 @@ pub async fn watch(reg: Arc<Registry>, call: &Call<'_>) -> ApiResult<Response<Bo
                 item = sub.rx.recv() => {
                     let Some(item) = item else { return }; // too slow: closed; client re-watches
                     last_rev = last_rev.max(item.event.rev);
-                    if tx.send(frame(info, &item, output)).await.is_err() {
+                    if tx.send(frame(&item)).await.is_err() {
                         return;
                     }
                 }
@@ -484,17 +526,16 @@ pub async fn watch(reg: Arc<Registry>, call: &Call<'_>) -> ApiResult<Response<Bo
     Ok(r)
 }
 
-fn frame(
-    info: &'static capstan_api::catalogue::ResourceInfo,
-    item: &WatchItem,
-    output: Output,
-) -> Bytes {
+/// One watch event as the client asked for it: JSON in the request's version (converted once
+/// per object and version, shared by every watcher), or a Table or metadata made from the
+/// stored form.
+fn frame(reg: &Registry, item: &WatchItem, output: Output) -> Bytes {
     match output {
-        Output::Json => item.event.frame(item.kind),
+        Output::Json => item.event.frame_for(reg.view(), item.kind),
         Output::Table(include) => {
             let v: Value = serde_json::from_slice(&item.event.obj.json).unwrap_or(Value::Null);
-            let t = tables::table(
-                info,
+            let t = table_of(
+                reg,
                 &[&v],
                 include,
                 json!({"resourceVersion": item.event.rev.to_string()}),

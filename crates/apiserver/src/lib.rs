@@ -89,7 +89,8 @@ impl ApiServer {
             metrics: metrics.clone(),
         });
         let mut registries = HashMap::new();
-        // Resources stored under the same prefix (e.g. events in two groups) share one cache.
+        // Resources stored under the same prefix (events in two groups, autoscalers in two
+        // versions) share one cache, which holds the objects in their storage version.
         let mut caches: HashMap<&'static str, Arc<WatchCache>> = HashMap::new();
         for info in catalogue::RESOURCES {
             if !info.has_verb("list") && !info.has_verb("get") {
@@ -98,7 +99,8 @@ impl ApiServer {
             let cache = caches
                 .entry(info.storage)
                 .or_insert_with(|| {
-                    let c = WatchCache::new(info, Registry::prefix_of(info));
+                    let stored = storage_info(info);
+                    let c = WatchCache::new(stored, Registry::prefix_of(stored));
                     c.start(store.clone());
                     c
                 })
@@ -458,6 +460,16 @@ impl ApiServer {
             _ => Err(ApiError::not_found_path()),
         }
     }
+}
+
+/// The resource `info`'s objects are stored as (itself but for the versions that convert).
+fn storage_info(info: &'static ResourceInfo) -> &'static ResourceInfo {
+    let (group, version) =
+        capstan_api::convert::storage_version(info.group, info.version, info.kind);
+    catalogue::RESOURCES
+        .iter()
+        .find(|r| r.group == group && r.version == version && r.kind == info.kind)
+        .unwrap_or(info)
 }
 
 /// Seed the Service allocators with what existing services hold.

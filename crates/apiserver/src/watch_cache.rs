@@ -5,6 +5,13 @@
 //! Fan-out policy: each event is serialized once and shared by every watcher. A watcher has a
 //! bounded buffer; when an event does not fit, that watcher is closed at once (never blocking
 //! the others) and its client re-watches from the last resourceVersion it saw, or relists.
+//!
+//! Versions: a cache holds objects in their storage version (`WatchCache::info`). Resources
+//! served in another version over the same storage (events.k8s.io/v1 events over core/v1,
+//! autoscaling/v1 over autoscaling/v2 autoscalers) are the cache's [`View`]s: each cached
+//! object converts itself into a view's version the first time a client of that version reads
+//! it, and keeps the bytes for every later list and watch event. Objects of every other kind
+//! carry no view and are never converted.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,6 +37,30 @@ const WATCHER_BUFFER: usize = 1_000;
 /// even when this resource does not change (bookmarks and consistent lists need it).
 const PROGRESS_EVERY: Duration = Duration::from_secs(2);
 
+/// A version served over the cache's storage other than the storage version: its place among
+/// the cache's views and its resource.
+#[derive(Debug, Clone, Copy)]
+pub struct View {
+    pub index: usize,
+    pub info: &'static ResourceInfo,
+}
+
+/// The resources served over the storage of `info` in a version that must be converted from
+/// the stored one, in catalogue order (empty for almost every resource).
+pub fn views_of(info: &ResourceInfo) -> &'static [&'static ResourceInfo] {
+    static VIEWS: OnceLock<HashMap<&'static str, Vec<&'static ResourceInfo>>> = OnceLock::new();
+    let all = VIEWS.get_or_init(|| {
+        let mut m: HashMap<&'static str, Vec<&'static ResourceInfo>> = HashMap::new();
+        for r in capstan_api::catalogue::RESOURCES {
+            if capstan_api::convert::converts(r.group, r.version, r.kind) {
+                m.entry(r.storage).or_default().push(r);
+            }
+        }
+        m
+    });
+    all.get(info.storage).map(Vec::as_slice).unwrap_or(&[])
+}
+
 /// One object as the cache keeps it: its wire JSON and what filters need.
 #[derive(Debug)]
 pub struct CachedObject {
@@ -38,9 +69,11 @@ pub struct CachedObject {
     pub labels: Map<String, Value>,
     /// Values of the kind's selectable fields, in `capstan_api::fields::supported` order.
     pub fields: Vec<(&'static str, String)>,
-    /// The object as clients see it, with its resourceVersion.
+    /// The object in its storage version as clients see it, with its resourceVersion.
     pub json: Bytes,
     pub rev: i64,
+    /// The object in the version of each of its storage's [`views_of`], made when first read.
+    views: Box<[OnceLock<Bytes>]>,
 }
 
 impl CachedObject {
@@ -72,7 +105,21 @@ impl CachedObject {
             fields,
             json,
             rev,
+            views: views_of(info).iter().map(|_| OnceLock::new()).collect(),
         }
+    }
+
+    /// The object's wire JSON in the storage version (`None`) or in a view's version,
+    /// converted once and kept.
+    pub fn wire(&self, view: Option<View>) -> Bytes {
+        let Some(view) = view else {
+            return self.json.clone();
+        };
+        let Some(slot) = self.views.get(view.index) else {
+            return convert_json(&self.json, view.info);
+        };
+        slot.get_or_init(|| convert_json(&self.json, view.info))
+            .clone()
     }
 
     pub fn field(&self, name: &str) -> Option<&str> {
@@ -141,6 +188,32 @@ impl CacheEvent {
             })
             .clone()
     }
+
+    /// The event's frame for a client of the storage version (`None`) or of a view.
+    pub fn frame_for(&self, view: Option<View>, as_type: EventType) -> Bytes {
+        if view.is_none() {
+            return self.frame(as_type);
+        }
+        let json = self.obj.wire(view);
+        let mut out = Vec::with_capacity(json.len() + 32);
+        out.extend_from_slice(b"{\"type\":\"");
+        out.extend_from_slice(as_type.as_str().as_bytes());
+        out.extend_from_slice(b"\",\"object\":");
+        out.extend_from_slice(&json);
+        out.extend_from_slice(b"}\n");
+        out.into()
+    }
+}
+
+/// `json`, a stored object's wire form, in the version of `info`.
+pub fn convert_json(json: &[u8], info: &ResourceInfo) -> Bytes {
+    match serde_json::from_slice::<Value>(json) {
+        Ok(v) => {
+            let v = capstan_api::convert::from_storage(info.group, info.version, info.kind, v);
+            Bytes::from(serde_json::to_vec(&v).unwrap_or_default())
+        }
+        Err(_) => Bytes::copy_from_slice(json),
+    }
 }
 
 /// What a watcher receives: an event (possibly re-typed by its filter), or the end.
@@ -169,6 +242,7 @@ struct Inner {
 
 /// The cache of one stored resource.
 pub struct WatchCache {
+    /// The storage version of the objects (and of their JSON).
     pub info: &'static ResourceInfo,
     prefix: String,
     inner: RwLock<Inner>,
@@ -444,6 +518,14 @@ impl WatchCache {
     pub fn watcher_count(&self) -> usize {
         self.inner.read().watchers.len()
     }
+
+    /// How clients of `info` read this cache: `None` for the storage version itself.
+    pub fn view_of(&self, info: &'static ResourceInfo) -> Option<View> {
+        views_of(self.info)
+            .iter()
+            .position(|v| std::ptr::eq(*v, info) || **v == *info)
+            .map(|index| View { index, info })
+    }
 }
 
 /// Remove a watcher and its index entry.
@@ -500,5 +582,171 @@ fn dispatch(inner: &mut Inner, event: &Arc<CacheEvent>) {
     for id in slow {
         tracing::debug!(id, "closing a watcher that fell behind");
         remove_watcher(inner, id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use capstan_store::{Event, KeyValue, WatchResponse};
+
+    fn put(cache: &WatchCache, name: &str, rev: i64) {
+        let obj = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "default", "labels": {"n": name}}});
+        let stored = crate::codec::encode_for_store(&obj);
+        let kv = KeyValue {
+            key: Bytes::from(format!("/registry/configmaps/default/{name}")),
+            value: stored,
+            create_revision: rev,
+            mod_revision: rev,
+            version: 1,
+            lease: 0,
+        };
+        cache.apply(WatchResponse {
+            events: vec![Event {
+                kind: EventKind::Put,
+                kv,
+                prev: None,
+            }],
+            revision: rev,
+        });
+    }
+
+    fn cache() -> Arc<WatchCache> {
+        let info = capstan_api::catalogue::find("", "v1", "configmaps").unwrap();
+        WatchCache::new(info, "/registry/configmaps/".into())
+    }
+
+    #[test]
+    fn a_slow_watcher_is_closed_without_holding_back_the_others() {
+        let c = cache();
+        let mut slow = c.subscribe(Filter::everything(), Some(0)).unwrap();
+        let mut fast = c.subscribe(Filter::everything(), Some(0)).unwrap();
+        let mut fast_seen = 0;
+        for i in 1..=(WATCHER_BUFFER as i64 + 10) {
+            put(&c, &format!("o{i}"), i);
+            while fast.rx.try_recv().is_ok() {
+                fast_seen += 1;
+            }
+        }
+        assert_eq!(
+            fast_seen,
+            WATCHER_BUFFER + 10,
+            "the reading watcher got every event"
+        );
+        // The slow one got a full buffer, then its channel was closed.
+        let mut slow_seen = 0;
+        loop {
+            match slow.rx.try_recv() {
+                Ok(_) => slow_seen += 1,
+                Err(mpsc::error::TryRecvError::Disconnected) => break,
+                Err(mpsc::error::TryRecvError::Empty) => panic!("the slow watcher was not closed"),
+            }
+        }
+        assert_eq!(slow_seen, WATCHER_BUFFER);
+        assert_eq!(c.watcher_count(), 1);
+    }
+
+    #[test]
+    fn watches_resume_from_the_window_or_are_gone() {
+        let c = cache();
+        for i in 1..=5 {
+            put(&c, &format!("o{i}"), i);
+        }
+        let sub = c.subscribe(Filter::everything(), Some(3)).unwrap();
+        let revs: Vec<i64> = sub.initial.iter().map(|i| i.event.rev).collect();
+        assert_eq!(revs, vec![4, 5]);
+        // Everything from the start is still in the window here; a window that lost events
+        // answers 410 Gone.
+        for i in 6..=(WINDOW as i64 + 10) {
+            put(&c, &format!("p{i}"), i);
+        }
+        assert_eq!(
+            c.subscribe(Filter::everything(), Some(2))
+                .err()
+                .map(|e| e.code),
+            Some(410)
+        );
+        let all = c.subscribe(Filter::everything(), None).unwrap();
+        assert_eq!(all.initial.len(), WINDOW + 10);
+    }
+
+    #[test]
+    fn label_changes_turn_into_added_and_deleted_for_filtered_watchers() {
+        let info = capstan_api::catalogue::find("", "v1", "configmaps").unwrap();
+        let c = cache();
+        let filter = Filter::new(info, "default", "n=x", "").unwrap();
+        let mut sub = c.subscribe(filter, Some(0)).unwrap();
+        put(&c, "x", 1); // label n=x: ADDED
+                         // Relabel the same object: it leaves the filter.
+        let obj = serde_json::json!({"metadata": {"name": "x", "namespace": "default", "labels": {"n": "y"}}});
+        let kv = KeyValue {
+            key: Bytes::from("/registry/configmaps/default/x"),
+            value: crate::codec::encode_for_store(&obj),
+            create_revision: 1,
+            mod_revision: 2,
+            version: 2,
+            lease: 0,
+        };
+        c.apply(WatchResponse {
+            events: vec![Event {
+                kind: EventKind::Put,
+                kv,
+                prev: None,
+            }],
+            revision: 2,
+        });
+        let kinds: Vec<EventType> = std::iter::from_fn(|| sub.rx.try_recv().ok())
+            .map(|i| i.kind)
+            .collect();
+        assert_eq!(kinds, vec![EventType::Added, EventType::Deleted]);
+    }
+
+    #[test]
+    fn objects_convert_once_per_view_and_other_kinds_never() {
+        let core = capstan_api::catalogue::find("", "v1", "events").unwrap();
+        let events = capstan_api::catalogue::find("events.k8s.io", "v1", "events").unwrap();
+        let c = WatchCache::new(core, "/registry/events/".into());
+        assert!(c.view_of(core).is_none());
+        let view = c
+            .view_of(events)
+            .expect("events.k8s.io reads the core cache");
+        let ev = serde_json::json!({"apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": "e", "namespace": "default"},
+            "involvedObject": {"kind": "Pod", "name": "web-0"}, "message": "hello"});
+        let kv = KeyValue {
+            key: Bytes::from("/registry/events/default/e"),
+            value: crate::codec::encode_for_store(&ev),
+            create_revision: 1,
+            mod_revision: 1,
+            version: 1,
+            lease: 0,
+        };
+        c.apply(WatchResponse {
+            events: vec![Event {
+                kind: EventKind::Put,
+                kv,
+                prev: None,
+            }],
+            revision: 1,
+        });
+        let (objs, _) = c.list(&Filter::everything());
+        let first = objs[0].wire(Some(view));
+        let again = objs[0].wire(Some(view));
+        assert_eq!(
+            first.as_ptr(),
+            again.as_ptr(),
+            "converted once, then shared"
+        );
+        let v: Value = serde_json::from_slice(&first).unwrap();
+        assert_eq!(v["apiVersion"], "events.k8s.io/v1");
+        assert_eq!(v["note"], "hello");
+        assert_eq!(v["regarding"]["name"], "web-0");
+        assert_eq!(v["metadata"]["resourceVersion"], "1");
+        assert_eq!(objs[0].wire(None), objs[0].json);
+
+        let cms = capstan_api::catalogue::find("", "v1", "configmaps").unwrap();
+        assert!(views_of(cms).is_empty());
+        assert_eq!(views_of(core), &[events]);
     }
 }

@@ -1896,13 +1896,9 @@ fn exercise(s: &Server, c: &Case) {
         "{what}"
     );
 
-    // Describe. (kubectl describes autoscalers through autoscaling/v2, and the server does not
-    // convert between versions yet: an HPA written as v1 reads back in its v1 shape there,
-    // which client-go decodes as an empty v2 object.)
+    // Describe (autoscalers through autoscaling/v2, whatever version they were written in).
     let d = s.ok(&c.args("describe", &[]));
-    if c.resource != "horizontalpodautoscalers.v1.autoscaling" {
-        assert!(d.contains(c.name), "{what}: describe\n{d}");
-    }
+    assert!(d.contains(c.name), "{what}: describe\n{d}");
 
     // Label, annotate, three patch types.
     let out = s.ok(&c.args("label", &["labelled=yes"]));

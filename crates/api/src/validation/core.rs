@@ -413,6 +413,59 @@ pub fn event(errs: &mut Errs, o: &Value, strict: bool) {
     }
 }
 
+/// An update through events.k8s.io/v1 (Kubernetes' `ValidateEventUpdate`), `new` and `old` in
+/// that form: the legacy rules every event passes (with `reportingController` named as this
+/// version names it), the series when it changed, and the fields an event keeps for life. The
+/// strict rules of creation are not applied again: an event first written through core/v1 may
+/// keep its `source`, timestamps and count.
+pub fn event_update_v1(errs: &mut Errs, new: &Value, old: &Value) {
+    let legacy = crate::convert::events::events_to_core(new.clone());
+    let mut found = Vec::new();
+    event(&mut found, &legacy, false);
+    for mut e in found {
+        if e.field == "reportingComponent" {
+            e.field = "reportingController".into();
+            e.message = e
+                .message
+                .replacen("reportingComponent", "reportingController", 1);
+        }
+        errs.push(e);
+    }
+    if !super::same(new.get("series"), old.get("series")) {
+        if let Some(series) = get(new, "series") {
+            if int(series, "count").unwrap_or(0) < 2 {
+                errs.push(FieldError::invalid(
+                    "series.count",
+                    &jstr(""),
+                    "should be at least 2",
+                ));
+            }
+            if get(series, "lastObservedTime").is_none() {
+                errs.push(FieldError::required("series.lastObservedTime", ""));
+            }
+        }
+    }
+    for (field, shown) in [
+        ("regarding", "involvedObject"),
+        ("reason", "reason"),
+        ("type", "type"),
+        ("eventTime", "eventTime"),
+        ("action", "action"),
+        ("related", "related"),
+        ("reportingController", "reportingController"),
+        ("reportingInstance", "reportingInstance"),
+    ] {
+        let value = |o: &Value| get(o, field).filter(|v| v.as_str() != Some("")).cloned();
+        if value(new) != value(old) {
+            errs.push(FieldError::invalid(
+                shown,
+                &value(new).unwrap_or(Value::Null),
+                "field is immutable",
+            ));
+        }
+    }
+}
+
 /// Update rules of the core kinds other than Pods and Services.
 pub fn validate_update(errs: &mut Errs, kind: &str, new: &Value, old: &Value) {
     match kind {

@@ -103,6 +103,11 @@ pub fn validate_update(group: &str, kind: &str, new: &Value, old: &Value) -> Vec
         old.get("metadata"),
         "metadata",
     );
+    if (group, kind) == ("events.k8s.io", "Event") {
+        // Kubernetes' ValidateEventUpdate: not the creation rules again.
+        core::event_update_v1(&mut errs, new, old);
+        return errs;
+    }
     match group {
         "" => match kind {
             "Pod" => pod_update::pod_update(&mut errs, new, old),

@@ -395,6 +395,19 @@ fn hpa(errs: &mut Errs, spec: &Value) {
                 &types,
             ));
         }
+        // validateMetricTarget's utilization rule (autoscaling/v1's CPU target lands here).
+        for src in ["resource", "containerResource"] {
+            let u = get(m, src)
+                .and_then(|r| get(r, "target"))
+                .and_then(|t| int(t, "averageUtilization"));
+            if let Some(u) = u.filter(|u| *u < 1) {
+                errs.push(FieldError::invalid(
+                    format!("{p}.{src}.target.averageUtilization"),
+                    &Value::from(u),
+                    "must be greater than 0",
+                ));
+            }
+        }
     }
     if let Some(b) = get(spec, "behavior") {
         for dir in ["scaleUp", "scaleDown"] {

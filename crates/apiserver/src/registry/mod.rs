@@ -1,5 +1,34 @@
 //! The generic registry: create, get, list, update, delete and watch of one resource over the
 //! store, with a small per-kind [`Strategy`] (Kubernetes' `registry/generic/registry/store.go`).
+//!
+//! # Versions
+//!
+//! A registry serves one group/version ([`Registry::info`]) and stores objects in their storage
+//! version ([`Registry::storage`], the version of its [`WatchCache`]). The two differ for
+//! events.k8s.io/v1 events (stored as core/v1) and autoscaling/v1 autoscalers (stored as
+//! autoscaling/v2); see `capstan_api::convert`. For every other resource they are the same and
+//! nothing here converts or re-serializes anything.
+//!
+//! Everything a registry hands out is in its own version: [`Written`] objects, list pages and
+//! (through [`Registry::wire`]) cached objects. Everything it takes is in its own version too:
+//! the body of a create, the object an update function returns from the current object in the
+//! registry's version (a patch applies to what the client would read), as Kubernetes' handlers
+//! work on the request version. A write then goes:
+//!
+//! 1. the request version's defaults (Kubernetes defaults a body as it decodes it);
+//! 2. into the storage version (`capstan_api::convert::to_storage`, Kubernetes' conversion to
+//!    the internal version, which the storage version stands for here);
+//! 3. the storage version's defaults, the strategy's preparation and the system fields, on the
+//!    storage form (what Kubernetes' strategies do to the internal object: e.g. a status update
+//!    keeps the stored spec, the new status coming from the converted body);
+//! 4. validation of the object about to be stored, with the request version's rules. Kubernetes
+//!    validates the internal object, passing the request version where rules differ (events).
+//!    capstan's validators are registered per group and read that group's field names: within
+//!    one group (autoscaling/v1 over v2) the validator reads the storage form, which is exactly
+//!    what Kubernetes validates; across groups (events.k8s.io/v1 over core/v1) it is given the
+//!    storage form converted back into the request version, a pure renaming of it, so its
+//!    strict events.k8s.io rules apply (and report Kubernetes' internal field names);
+//! 5. the write, of the storage form.
 
 pub mod service;
 pub mod strategy;
@@ -16,7 +45,7 @@ use serde_json::{json, Value};
 use crate::codec;
 use crate::error::{ApiError, ApiResult, FieldError};
 use crate::filter::Filter;
-use crate::watch_cache::WatchCache;
+use crate::watch_cache::{CachedObject, View, WatchCache};
 pub use strategy::{DefaultStrategy, Strategy};
 
 /// Options of a write request.
@@ -36,12 +65,16 @@ pub struct DeleteOptions {
     pub dry_run: bool,
 }
 
-/// An object as written: wire JSON (with resourceVersion) and its parsed form.
+/// An object as written: wire JSON (with resourceVersion) and its parsed form, in the version
+/// of the registry that wrote it.
 #[derive(Debug, Clone)]
 pub struct Written {
     pub json: Bytes,
     pub value: Value,
     pub rev: i64,
+    /// The stored form, when the registry's version is not the storage version (tables and
+    /// metadata are made from it, as Kubernetes makes them from the internal object).
+    pub stored: Option<Value>,
 }
 
 impl Written {
@@ -58,7 +91,13 @@ impl Written {
             },
             value,
             rev,
+            stored: None,
         }
+    }
+
+    /// The object in its storage version.
+    pub fn storage_value(&self) -> &Value {
+        self.stored.as_ref().unwrap_or(&self.value)
     }
 }
 
@@ -74,7 +113,10 @@ pub enum Deleted {
 /// One page of a list.
 #[derive(Debug, Default)]
 pub struct ListPage {
+    /// The objects' wire JSON in the registry's version.
     pub items: Vec<Bytes>,
+    /// The same objects in their storage version (the same bytes when that is the registry's).
+    pub stored: Vec<Bytes>,
     pub rev: i64,
     pub continue_token: Option<String>,
     pub remaining: Option<i64>,
@@ -82,11 +124,16 @@ pub struct ListPage {
 
 /// The generic store of one resource.
 pub struct Registry {
+    /// The group/version served.
     pub info: &'static ResourceInfo,
+    /// The version objects are stored in (the cache's).
+    pub storage: &'static ResourceInfo,
     pub strategy: Arc<dyn Strategy>,
     pub store: Arc<dyn Store>,
     pub cache: Arc<WatchCache>,
     prefix: String,
+    /// How this version reads the stored objects; `None` when it is the storage version.
+    view: Option<View>,
 }
 
 /// How many times an unconditional write retries after losing a race.
@@ -99,13 +146,86 @@ impl Registry {
         store: Arc<dyn Store>,
         cache: Arc<WatchCache>,
     ) -> Self {
+        let view = cache.view_of(info);
         Registry {
             info,
+            storage: cache.info,
             strategy,
             store,
             cache,
             prefix: Self::prefix_of(info),
+            view,
         }
+    }
+
+    /// Whether this registry's version differs from the storage version.
+    pub fn converts(&self) -> bool {
+        self.view.is_some()
+    }
+
+    /// How this registry's version reads cached objects (`None`: as they are stored).
+    pub fn view(&self) -> Option<View> {
+        self.view
+    }
+
+    /// A cached object's wire JSON in this registry's version.
+    pub fn wire(&self, obj: &CachedObject) -> Bytes {
+        obj.wire(self.view)
+    }
+
+    /// A stored object (parsed) in this registry's version.
+    pub fn from_storage(&self, obj: Value) -> Value {
+        match self.view {
+            None => obj,
+            Some(v) => {
+                capstan_api::convert::from_storage(v.info.group, v.info.version, v.info.kind, obj)
+            }
+        }
+    }
+
+    /// An object of this registry's version in the storage version: with its request-version
+    /// defaults first when it converts (Kubernetes defaults a body as it decodes it; the
+    /// storage version's defaults come with the preparation of the write).
+    fn to_storage(&self, mut obj: Value) -> Value {
+        let i = self.info;
+        if self.view.is_some() {
+            capstan_api::defaults::apply(i.group, i.kind, &mut obj);
+        }
+        capstan_api::convert::to_storage(i.group, i.version, i.kind, obj)
+    }
+
+    /// `w` (in the storage version) as this registry's clients read it.
+    fn present(&self, w: Written) -> Written {
+        if self.view.is_none() {
+            return w;
+        }
+        let value = self.from_storage(w.value.clone());
+        Written {
+            json: Bytes::from(serde_json::to_vec(&value).unwrap_or_default()),
+            value,
+            rev: w.rev,
+            stored: Some(w.value),
+        }
+    }
+
+    /// Validation of a new object in its storage form, with this version's rules (see the
+    /// module documentation).
+    fn validate_new(&self, obj: &Value) -> Vec<FieldError> {
+        if self.view.is_none() || self.info.group == self.storage.group {
+            return self.strategy.validate(obj);
+        }
+        self.strategy.validate(&self.from_storage(obj.clone()))
+    }
+
+    /// Validation of an update in storage form, with this version's rules.
+    fn validate_changed(&self, new: &Value, old: &Value) -> Vec<FieldError> {
+        if self.view.is_none() || self.info.group == self.storage.group {
+            return self.strategy.validate_update(new, old);
+        }
+        self.strategy.validate_update(
+            &self.from_storage(new.clone()),
+            &self.from_storage(old.clone()),
+        )
     }
 
     /// `/registry/<storage>/`.
@@ -135,15 +255,25 @@ impl Registry {
             .map_err(self.store_err(name))?;
         let kv = kv.ok_or_else(|| ApiError::not_found(self.info, name))?;
         let value = codec::decode_stored(&kv.value, kv.mod_revision)?;
-        Ok(Written {
+        Ok(self.present(Written {
             json: codec::with_resource_version(&kv.value, kv.mod_revision),
             value,
             rev: kv.mod_revision,
-        })
+            stored: None,
+        }))
     }
 
-    /// Create `obj` in namespace `ns` (already checked against the URL by the caller).
-    pub async fn create(
+    /// Create `obj` (in this registry's version) in namespace `ns` (already checked against
+    /// the URL by the caller).
+    pub async fn create(&self, ns: &str, obj: Value, opts: &WriteOptions) -> ApiResult<Written> {
+        let obj = self.to_storage(obj);
+        self.create_stored(ns, obj, opts)
+            .await
+            .map(|w| self.present(w))
+    }
+
+    /// Create `obj`, in its storage version.
+    async fn create_stored(
         &self,
         ns: &str,
         mut obj: Value,
@@ -178,7 +308,7 @@ impl Registry {
                 ));
             }
             self.prepare_create(&mut obj);
-            let errs = self.strategy.validate(&obj);
+            let errs = self.validate_new(&obj);
             if !errs.is_empty() {
                 return Err(ApiError::invalid(self.info, &name, errs));
             }
@@ -231,8 +361,9 @@ impl Registry {
         if self.strategy.tracks_generation() {
             md.insert("generation".into(), json!(1));
         }
-        capstan_api::defaults::prepare_for_create(self.info.group, self.info.kind, obj);
-        capstan_api::defaults::apply(self.info.group, self.info.kind, obj);
+        let s = self.storage;
+        capstan_api::defaults::prepare_for_create(s.group, s.kind, obj);
+        capstan_api::defaults::apply(s.group, s.kind, obj);
     }
 
     /// Replace an object (PUT). `new` carries the client's resourceVersion, if any.
@@ -267,7 +398,8 @@ impl Registry {
     }
 
     /// Read-modify-write with retries on conflict (Kubernetes' GuaranteedUpdate): `f` maps the
-    /// current object to the desired one. A resourceVersion in the result is a precondition.
+    /// current object to the desired one, both in this registry's version. A resourceVersion in
+    /// the result is a precondition.
     pub async fn update_with(
         &self,
         ns: &str,
@@ -285,18 +417,22 @@ impl Registry {
                 .map_err(self.store_err(name))?;
             let kv = kv.ok_or_else(|| ApiError::not_found(self.info, name))?;
             let old = codec::decode_stored(&kv.value, kv.mod_revision)?;
-            let mut next = f(&old)?;
+            let next = match self.view {
+                None => f(&old)?,
+                Some(_) => f(&self.from_storage(old.clone()))?,
+            };
             let wanted_rv = meta::resource_version(&next).to_string();
             if !wanted_rv.is_empty() && wanted_rv != kv.mod_revision.to_string() {
                 return Err(ApiError::modified(self.info, name));
             }
+            let mut next = self.to_storage(next);
             self.prepare_update(&mut next, &old, subresource);
             // A binding is the scheduler's assignment, not a pod update: it skips the checks
             // that forbid changing a pod's spec.
             let errs = if subresource == "binding" {
                 Vec::new()
             } else {
-                self.strategy.validate_update(&next, &old)
+                self.validate_changed(&next, &old)
             };
             if !errs.is_empty() {
                 return Err(ApiError::invalid(self.info, name, errs));
@@ -307,10 +443,10 @@ impl Registry {
             let stored = codec::encode_for_store(&next);
             if stored == kv.value {
                 // Nothing changed: Kubernetes does not write (the resourceVersion stays).
-                return Ok(Written::new(next, &stored, kv.mod_revision));
+                return Ok(self.present(Written::new(next, &stored, kv.mod_revision)));
             }
             if opts.dry_run {
-                return Ok(Written::new(next, &stored, 0));
+                return Ok(self.present(Written::new(next, &stored, 0)));
             }
             if meta::deletion_timestamp(&next).is_some()
                 && meta::finalizers(&next).is_empty()
@@ -322,7 +458,7 @@ impl Registry {
                     .delete(key.as_bytes(), Some(kv.mod_revision))
                     .await
                 {
-                    Ok(d) => return Ok(Written::new(next, &stored, d.revision)),
+                    Ok(d) => return Ok(self.present(Written::new(next, &stored, d.revision))),
                     Err(StoreError::Conflict { .. }) if wanted_rv.is_empty() => continue,
                     Err(e) => return Err(ApiError::from_store(e, self.info, name)),
                 }
@@ -332,7 +468,7 @@ impl Registry {
                 .update(key.as_bytes(), stored.clone(), kv.mod_revision, 0)
                 .await
             {
-                Ok(rev) => return Ok(Written::new(next, &stored, rev)),
+                Ok(rev) => return Ok(self.present(Written::new(next, &stored, rev))),
                 Err(StoreError::Conflict { .. }) if wanted_rv.is_empty() => continue,
                 Err(e) => return Err(ApiError::from_store(e, self.info, name)),
             }
@@ -354,16 +490,17 @@ impl Registry {
                     None => map.remove("status"),
                 };
             }
-            strategy::prepare_for_status_update(self.info.kind, next, old);
-            capstan_api::defaults::apply(self.info.group, self.info.kind, next);
+            strategy::prepare_for_status_update(self.storage.kind, next, old);
+            capstan_api::defaults::apply(self.storage.group, self.storage.kind, next);
             return;
         }
         self.strategy.prepare_for_update(next, old);
+        let s = self.storage;
         // A namespace's finalize changes `spec.finalizers`, which other updates keep.
         if subresource != "finalize" {
-            capstan_api::defaults::prepare_for_update(self.info.group, self.info.kind, next, old);
+            capstan_api::defaults::prepare_for_update(s.group, s.kind, next, old);
         }
-        capstan_api::defaults::apply(self.info.group, self.info.kind, next);
+        capstan_api::defaults::apply(s.group, s.kind, next);
         let old_md = meta::metadata(old).cloned().unwrap_or_default();
         let md = meta::metadata_mut(next);
         for f in [
@@ -387,6 +524,18 @@ impl Registry {
 
     /// Delete one object, honouring preconditions, finalizers, propagation and pod grace.
     pub async fn delete(&self, ns: &str, name: &str, opts: &DeleteOptions) -> ApiResult<Deleted> {
+        Ok(match self.delete_stored(ns, name, opts).await? {
+            Deleted::Now(w) => Deleted::Now(self.present(w)),
+            Deleted::Pending(w) => Deleted::Pending(self.present(w)),
+        })
+    }
+
+    async fn delete_stored(
+        &self,
+        ns: &str,
+        name: &str,
+        opts: &DeleteOptions,
+    ) -> ApiResult<Deleted> {
         let key = self.key(ns, name);
         for _ in 0..MAX_RETRIES {
             let (kv, _) = self
@@ -541,7 +690,8 @@ impl Registry {
             .max(0)
     }
 
-    /// A page of objects read from the store (consistent across pages through the token).
+    /// A page of objects read from the store (consistent across pages through the token), in
+    /// this registry's version.
     pub async fn list_from_store(
         &self,
         filter: &Filter,
@@ -575,10 +725,10 @@ impl Registry {
             }
             page.rev = rev;
             for (i, kv) in resp.kvs.iter().enumerate() {
-                let obj =
-                    crate::watch_cache::CachedObject::new(self.info, &kv.value, kv.mod_revision)?;
+                let obj = CachedObject::new(self.storage, &kv.value, kv.mod_revision)?;
                 if filter.matches(&obj) {
-                    page.items.push(obj.json.clone());
+                    page.items.push(self.wire(&obj));
+                    page.stored.push(obj.json.clone());
                 }
                 if limit > 0 && page.items.len() >= limit {
                     if i + 1 < resp.kvs.len() || resp.more {
