@@ -144,11 +144,17 @@ pub struct ApiOptions {
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub watch_grace: Duration,
 
-    /// Independent HTTP clients (each with its own connection pool) the requests are spread
-    /// over. kube-rs speaks HTTP/1.1, so every request in flight (and every watch) holds a
-    /// connection of its own either way.
+    /// Independent HTTP clients the requests are spread over, each with connections of its
+    /// own. The watch workload adds clients so that no HTTP/2 connection carries more than
+    /// 100 watches.
     #[arg(long, default_value_t = 4)]
     pub client_pool: usize,
+
+    /// Negotiate HTTP/2 as client-go does (each client multiplexes its requests on one
+    /// connection) instead of speaking HTTP/1.1 as kube-rs does (each request in flight holds
+    /// a connection of its own).
+    #[arg(long)]
+    pub http2: bool,
 
     /// Leave the benchmark's namespaces and objects in place instead of deleting them.
     #[arg(long)]
@@ -182,6 +188,7 @@ impl Default for ApiOptions {
             watch_duration: Duration::from_secs(10),
             watch_grace: Duration::from_secs(30),
             client_pool: 4,
+            http2: false,
             keep_namespaces: false,
         }
     }
@@ -271,13 +278,14 @@ pub async fn run_api_bench_with(
     options.validate()?;
     client::raise_open_files_limit();
     let cluster = Arc::new(Cluster::connect(options).await?);
-    let backend = match &options.label {
-        Some(label) => label.clone(),
-        None => cluster.git_version().await?,
-    };
+    // The first request: is the server there, and does it accept the credentials?
+    let version = cluster.git_version().await?;
+    let backend = options.label.clone().unwrap_or(version);
     let mut results = Vec::new();
+    let protocol = cluster.protocol();
     let mut record = |mut m: ApiMeasurement| {
         m.backend = backend.clone();
+        m.http = protocol.to_owned();
         on_result(&m);
         results.push(m);
     };

@@ -38,6 +38,7 @@ fn check_line(line: &str) -> (String, String) {
     let v: Value = serde_json::from_str(line).expect("valid JSON");
     let workload = v["workload"].as_str().expect("workload").to_owned();
     assert_eq!(v["backend"], "v1.32.0", "{line}");
+    assert!(v["http"] == "http/1.1" || v["http"] == "h2", "{line}");
     assert!(v["clients"].as_u64().unwrap() > 0, "{line}");
     assert!(
         v["ops_per_s"].as_f64().unwrap() > 0.0,
@@ -122,6 +123,7 @@ async fn api_bench_against_capstan() {
     .map(|(w, rv)| (w.to_owned(), rv.to_owned()))
     .collect();
     assert_eq!(rows(&results), expected);
+    assert!(results.iter().all(|m| m.http == "http/1.1"));
     let s = tokio::task::spawn_blocking(move || {
         assert_eq!(bench_namespaces(&s), Vec::<String>::new());
         s
@@ -129,7 +131,8 @@ async fn api_bench_against_capstan() {
     .await
     .unwrap();
 
-    // The command line: --json prints one checked line per measurement.
+    // The command line: --json prints one checked line per measurement; --http2 negotiates
+    // HTTP/2.
     let out = tokio::task::spawn_blocking(move || {
         let out = Command::new(env!("CARGO_BIN_EXE_capstan"))
             .args(["bench", "api", "--json", "--kubeconfig"])
@@ -147,6 +150,7 @@ async fn api_bench_against_capstan() {
                 "200ms",
                 "--client-pool",
                 "1",
+                "--http2",
             ])
             .args([
                 "--watchers",
@@ -171,6 +175,10 @@ async fn api_bench_against_capstan() {
     );
     let workloads: Vec<String> = stdout.lines().map(|l| check_line(l).0).collect();
     assert_eq!(workloads, ["create-configmaps", "watch"]);
+    assert!(
+        stdout.lines().all(|l| l.contains(r#""http":"h2""#)),
+        "{stdout}"
+    );
 }
 
 /// Run `capstan bench api ARGS`, expecting a one-line failure; returns that line.

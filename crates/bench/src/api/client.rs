@@ -26,8 +26,13 @@ const MIN_CPU_WINDOW: f64 = 0.5;
 pub(crate) struct Cluster {
     /// `--client-pool` independent clients; worker `i` uses client `i % len`.
     clients: Vec<kube::Client>,
+    /// What the clients are built from.
+    config: kube::Config,
+    http1_only: bool,
     /// The server's URL, for messages.
     pub url: String,
+    /// The HTTP version the server answered with: `h2` or `http/1.1`.
+    protocol: std::sync::OnceLock<&'static str>,
     /// Namespaces created and not yet deleted.
     namespaces: Mutex<Vec<String>>,
 }
@@ -63,22 +68,30 @@ impl Cluster {
         config.default_retry = false;
         config.connect_timeout = Some(Duration::from_secs(10));
         let url = config.cluster_url.to_string();
-        let clients = (0..options.client_pool.max(1))
-            .map(|_| {
-                build_client(&config).map_err(|e| {
-                    anyhow!(
-                        "cannot build a client for {url} from {}: {}",
-                        path.display(),
-                        one_line(&e)
-                    )
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Cluster {
-            clients,
+        let mut cluster = Cluster {
+            clients: Vec::new(),
+            config,
+            http1_only: !options.http2,
             url: url.trim_end_matches('/').to_owned(),
+            protocol: Default::default(),
             namespaces: Mutex::new(Vec::new()),
-        })
+        };
+        cluster.clients = cluster
+            .new_clients(options.client_pool)
+            .with_context(|| format!("the kubeconfig {}", path.display()))?;
+        Ok(cluster)
+    }
+
+    /// `n` more independent clients (each with connections of its own).
+    pub fn new_clients(&self, n: usize) -> Result<Vec<kube::Client>> {
+        (0..n.max(1))
+            .map(|_| build_client(&self.config, self.http1_only))
+            .collect()
+    }
+
+    /// `h2` or `http/1.1`: what the server answered [`Cluster::git_version`] with.
+    pub fn protocol(&self) -> &'static str {
+        self.protocol.get().copied().unwrap_or("")
     }
 
     /// The client worker `i` uses.
@@ -105,7 +118,7 @@ impl Cluster {
             #[serde(rename = "gitVersion")]
             git_version: String,
         }
-        let body = call(self.client(0), Method::GET, "/version", None)
+        let response = send(self.client(0), Method::GET, "/version", None)
             .await
             .map_err(|e| match e {
                 CallError::Transport(msg) => {
@@ -117,6 +130,18 @@ impl Cluster {
                 ),
                 e => anyhow!("GET {}/version failed: {e}", self.url),
             })?;
+        let protocol = if response.version() == http::Version::HTTP_2 {
+            "h2"
+        } else {
+            "http/1.1"
+        };
+        let _ = self.protocol.set(protocol);
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| anyhow!("GET {}/version failed: {}", self.url, one_line(&e)))?
+            .to_bytes();
         let version: Version = serde_json::from_slice(&body)
             .with_context(|| format!("{}/version is not a Kubernetes version", self.url))?;
         Ok(version.git_version)
@@ -194,26 +219,48 @@ impl Cluster {
     }
 }
 
-/// A kube-rs client over HTTP/1.1 with TCP_NODELAY and without kube-rs's default tracing and
-/// retry layers: leaner per request, and a failure is reported once, by the benchmark.
-/// Through a proxy, kube-rs's default stack.
-fn build_client(config: &kube::Config) -> Result<kube::Client, kube::Error> {
+/// A kube-rs client with TCP_NODELAY, over HTTP/1.1 as kube-rs's own (or, unless
+/// `http1_only`, negotiating HTTP/2 as client-go does: all its requests then share one
+/// connection), and without kube-rs's default tracing and retry layers: leaner per request,
+/// and a failure is reported once, by the benchmark.
+/// Through a proxy: kube-rs's default stack (HTTP/1.1).
+fn build_client(config: &kube::Config, http1_only: bool) -> Result<kube::Client> {
     use hyper_util::client::legacy::connect::HttpConnector;
     use kube::client::ConfigExt as _;
+    let built = |e: &(dyn std::error::Error + 'static)| {
+        anyhow!(
+            "cannot build a client for {}: {}",
+            config.cluster_url,
+            one_line(e)
+        )
+    };
     if config.proxy_url.is_some() {
-        return kube::Client::try_from(config.clone());
+        return kube::Client::try_from(config.clone()).map_err(|e| built(&e));
     }
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);
     http.set_connect_timeout(config.connect_timeout);
-    let https = config.rustls_https_connector_with_connector(http)?;
+    let tls = config.rustls_client_config().map_err(|e| built(&e))?;
+    let mut builder = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http();
+    if let Some(name) = &config.tls_server_name {
+        let name = rustls::pki_types::ServerName::try_from(name.clone()).map_err(|e| built(&e))?;
+        builder =
+            builder.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(name));
+    }
+    let https = if http1_only {
+        builder.enable_http1().wrap_connector(http)
+    } else {
+        builder.enable_all_versions().wrap_connector(http)
+    };
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .build(https);
     let service = tower::ServiceBuilder::new()
         .layer(config.base_uri_layer())
-        .option_layer(config.auth_layer()?)
-        .layer(config.extra_headers_layer()?)
+        .option_layer(config.auth_layer().map_err(|e| built(&e))?)
+        .layer(config.extra_headers_layer().map_err(|e| built(&e))?)
         .map_err(tower::BoxError::from)
         .service(client);
     Ok(kube::Client::new(service, config.default_namespace.clone()))

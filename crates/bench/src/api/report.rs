@@ -18,6 +18,8 @@ pub struct ApiMeasurement {
     /// `create-configmaps`, `create-pods`, `get`, `update`, `patch`, `list`, `delete`,
     /// `list-pods`, `watch` or `memory`.
     pub workload: String,
+    /// The HTTP version spoken: `h2` or `http/1.1`.
+    pub http: String,
     /// Concurrent clients (for watch: watchers; for memory: the clients that loaded the Pods).
     pub clients: usize,
     /// Operations per second (watch: events delivered per second over all watchers; memory:
@@ -88,6 +90,7 @@ impl ApiMeasurement {
         ApiMeasurement {
             backend: String::new(),
             workload: workload.to_owned(),
+            http: String::new(),
             clients,
             ops_per_s: round(summary.count as f64 / elapsed.as_secs_f64().max(1e-9), 1),
             p50_ms: round(summary.p50_ms, 3),

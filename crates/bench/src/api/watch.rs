@@ -21,11 +21,11 @@ use bytes::Bytes;
 use http::Method;
 use http_body_util::BodyExt as _;
 use serde::Deserialize;
-use tokio::sync::{mpsc, watch as signal, Mutex, Semaphore};
+use tokio::sync::{mpsc, Mutex, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::MissedTickBehavior;
 
-use super::client::{call, send, CallError, Cluster, CpuMeter};
+use super::client::{call, send, Cluster, CpuMeter};
 use super::histogram::{Histogram, Totals};
 use super::objects::{collection, resource_version};
 use super::{ApiMeasurement, ApiOptions};
@@ -37,6 +37,9 @@ const MAX_IN_FLIGHT: usize = 1024;
 
 /// Connections opened for the writer before it starts.
 const WRITER_CONNECTIONS: usize = 64;
+
+/// Watches per client (so per HTTP/2 connection).
+const WATCHES_PER_CONNECTION: usize = 100;
 
 /// Watches being opened at once (each may need a TLS handshake).
 const OPENING_AT_ONCE: usize = 64;
@@ -67,7 +70,6 @@ pub(crate) async fn watch(
         .max(1.0) as u64;
     let slots = (options.watch_rate.ceil() as u64).clamp(1, total) as usize;
     let epoch = Instant::now();
-    let (stop, stopped) = signal::channel(false);
     let (ready_tx, mut ready) = mpsc::channel(options.watchers.min(4096));
     let opening = Arc::new(Semaphore::new(OPENING_AT_ONCE));
     let timeout = options.watch_duration + options.watch_grace + Duration::from_secs(120);
@@ -76,16 +78,25 @@ pub(crate) async fn watch(
         timeout.as_secs()
     )
     .into();
+    // HTTP/2 servers cap the streams of a connection (hyper: 200, Go: 250).
+    let pool = cluster.new_clients(
+        options
+            .watchers
+            .div_ceil(WATCHES_PER_CONNECTION)
+            .max(options.client_pool),
+    )?;
     let mut watchers = JoinSet::new();
+    let mut tallies = Vec::with_capacity(options.watchers);
     for i in 0..options.watchers {
+        let tally = Arc::new(std::sync::Mutex::new(Tally::new(total)));
+        tallies.push(tally.clone());
         let w = Watcher {
-            client: cluster.client(i).clone(),
+            client: pool[i % pool.len()].clone(),
             base: base.clone(),
             resource_version: from.clone(),
-            total,
             epoch,
-            stop: stopped.clone(),
             opening: opening.clone(),
+            tally,
         };
         watchers.spawn(w.run(ready_tx.clone()));
     }
@@ -119,16 +130,25 @@ pub(crate) async fn watch(
         epoch,
     };
     let written = writer.run(total).await?;
-    let grace = options.watch_grace;
-    let timer = tokio::spawn(async move {
-        tokio::time::sleep(grace).await;
-        let _ = stop.send(true);
-    });
-    let received = collect(watchers).await;
-    timer.abort();
-    let received = received?;
-    let delivered = received.totals.summary();
-    let elapsed = received
+    // Watchers end once they have seen every write; what they have not seen after the grace
+    // period is missed.
+    let finished = async {
+        while let Some(joined) = watchers.join_next().await {
+            joined.context("a watcher task failed")??;
+        }
+        Ok::<_, anyhow::Error>(())
+    };
+    if let Ok(finished) = tokio::time::timeout(options.watch_grace, finished).await {
+        finished?;
+    }
+    watchers.abort_all();
+    let mut all = Collected::default();
+    for tally in &tallies {
+        all.add(&tally.lock().unwrap_or_else(|p| p.into_inner()));
+    }
+    drop(tallies);
+    let delivered = all.totals.summary();
+    let elapsed = all
         .last
         .map_or(written.elapsed, |t| t.duration_since(written.started));
     let mut m = ApiMeasurement::new("watch", options.watchers, delivered, elapsed);
@@ -140,66 +160,49 @@ pub(crate) async fn watch(
     m.write_p99_ms = Some(round(written.latencies.summary().p99_ms, 3));
     m.errors = Some(written.errors);
     m.missed = Some((total * options.watchers as u64).saturating_sub(delivered.count));
-    m.watch_restarts = Some(received.restarts);
-    if let Some(code) = received.error_code {
+    m.watch_restarts = Some(all.restarts);
+    if let Some(reason) = all.gave_up {
         m.note = Some(format!(
-            "{} watches ended by an ERROR event (code {code})",
-            received.error_ends
+            "{} watches gave up early; the last because {reason}",
+            all.gave_up_count
         ));
     }
     Ok(m)
 }
 
 /// Everything the watchers saw.
+#[derive(Default)]
 struct Collected {
     totals: Totals,
     last: Option<Instant>,
     restarts: u64,
-    /// Watches ended by an ERROR event, and the last one's code.
-    error_ends: u64,
-    error_code: Option<u16>,
+    /// Watches that stopped before seeing every write, and the last one's reason.
+    gave_up_count: u64,
+    gave_up: Option<String>,
 }
 
-async fn collect(mut watchers: JoinSet<Result<Received>>) -> Result<Collected> {
-    let mut all = Collected {
-        totals: Totals::default(),
-        last: None,
-        restarts: 0,
-        error_ends: 0,
-        error_code: None,
-    };
-    while let Some(joined) = watchers.join_next().await {
-        let received = joined.context("a watcher task failed")??;
-        received.latencies.merge_into(&mut all.totals);
-        all.last = all.last.max(received.last);
-        all.restarts += received.restarts;
-        if received.error_code.is_some() {
-            all.error_ends += 1;
-            all.error_code = received.error_code;
+impl Collected {
+    fn add(&mut self, tally: &Tally) {
+        tally.latencies.merge_into(&mut self.totals);
+        self.last = self.last.max(tally.last);
+        self.restarts += tally.restarts;
+        if let Some(reason) = &tally.gave_up {
+            self.gave_up_count += 1;
+            self.gave_up = Some(reason.clone());
         }
     }
-    Ok(all)
 }
 
-/// What one watcher saw.
-struct Received {
-    latencies: Histogram,
-    /// When the last new event arrived.
-    last: Option<Instant>,
-    restarts: u64,
-    error_code: Option<u16>,
-}
-
-/// One watch of the namespace, and what it has seen so far.
+/// One watch of the namespace.
 struct Watcher {
     client: kube::Client,
     /// The watch URL up to the resourceVersion.
     base: Arc<str>,
     resource_version: String,
-    total: u64,
     epoch: Instant,
-    stop: signal::Receiver<bool>,
     opening: Arc<Semaphore>,
+    /// What it has seen, shared so that it can be read after the task is aborted.
+    tally: Arc<std::sync::Mutex<Tally>>,
 }
 
 /// The few fields of a watch event the watcher reads.
@@ -236,7 +239,7 @@ struct Data<'a> {
     sent: Option<&'a str>,
 }
 
-/// The running tally of one watcher.
+/// What one watcher has seen.
 struct Tally {
     /// Writes expected: sequence numbers 0 to `total - 1`.
     total: u64,
@@ -244,23 +247,56 @@ struct Tally {
     seen: Vec<u64>,
     got: u64,
     latencies: Histogram,
+    /// When the last new write arrived.
     last: Option<Instant>,
-    /// The code of the ERROR event that ended the watch, if one did.
-    error_code: Option<u16>,
+    /// Watches the server ended that were resumed.
+    restarts: u64,
+    /// Why the watcher stopped before seeing every write.
+    gave_up: Option<String>,
+}
+
+/// What a line of a watch stream said.
+#[derive(Debug, PartialEq)]
+enum Line {
+    /// A write (or something else the watcher does not count); the watch goes on.
+    Event,
+    /// An ERROR event: the watch is over.
+    Error(u16),
 }
 
 impl Tally {
+    fn new(total: u64) -> Tally {
+        Tally {
+            total,
+            seen: vec![0; total.div_ceil(64) as usize],
+            got: 0,
+            latencies: Histogram::default(),
+            last: None,
+            restarts: 0,
+            gave_up: None,
+        }
+    }
+
+    fn complete(&self) -> bool {
+        self.got >= self.total
+    }
+
     /// Take in one line of the watch stream, received at `now` (nanoseconds since the epoch).
-    /// Returns whether the watch can go on (false after an ERROR event).
     fn line(
         &mut self,
         line: &[u8],
         now: u64,
         at: Instant,
         resource_version: &mut String,
-    ) -> Result<bool> {
+    ) -> Result<Line> {
+        if let Some((seq, sent, rv)) = fast_fields(line) {
+            self.saw(seq, sent, now, at);
+            resource_version.clear();
+            resource_version.push_str(rv);
+            return Ok(Line::Event);
+        }
         if line.iter().all(u8::is_ascii_whitespace) {
-            return Ok(true);
+            return Ok(Line::Event);
         }
         let event: Event = serde_json::from_slice(line).with_context(|| {
             let shown = String::from_utf8_lossy(&line[..line.len().min(200)]).into_owned();
@@ -273,50 +309,68 @@ impl Tally {
                         Some((d.seq?.parse::<u64>().ok()?, d.sent?.parse::<u64>().ok()?))
                     })
                 {
-                    let (word, bit) = ((seq / 64) as usize, 1u64 << (seq % 64));
-                    let expected = seq < self.total;
-                    if let Some(w) = self
-                        .seen
-                        .get_mut(word)
-                        .filter(|w| expected && **w & bit == 0)
-                    {
-                        *w |= bit;
-                        self.got += 1;
-                        self.latencies.record_nanos(now.saturating_sub(sent));
-                        self.last = Some(at);
-                    }
+                    self.saw(seq, sent, now, at);
                 }
             }
-            "ERROR" => {
-                self.error_code = Some(event.object.code.unwrap_or(0));
-                return Ok(false);
-            }
+            "ERROR" => return Ok(Line::Error(event.object.code.unwrap_or(0))),
             _ => {}
         }
         if let Some(rv) = event.object.metadata.resource_version {
             resource_version.clear();
             resource_version.push_str(rv);
         }
-        Ok(true)
+        Ok(Line::Event)
+    }
+
+    /// Write `seq`, sent at `sent`, arrived at `now`.
+    fn saw(&mut self, seq: u64, sent: u64, now: u64, at: Instant) {
+        if seq >= self.total {
+            return;
+        }
+        let (word, bit) = ((seq / 64) as usize, 1u64 << (seq % 64));
+        if self.seen[word] & bit == 0 {
+            self.seen[word] |= bit;
+            self.got += 1;
+            self.latencies.record_nanos(now.saturating_sub(sent));
+            self.last = Some(at);
+        }
     }
 }
 
+/// The sequence number, send time and resourceVersion of an ADDED or MODIFIED event of a
+/// written ConfigMap, found by searching the line rather than parsing it, when the event has
+/// the usual shape (`{"type":"ADDED",...`, fields without spaces, as Go and capstan write
+/// them). `None` means: parse it.
+fn fast_fields(line: &[u8]) -> Option<(u64, u64, &str)> {
+    use memchr::memmem;
+    if !(line.starts_with(br#"{"type":"ADDED","#) || line.starts_with(br#"{"type":"MODIFIED","#)) {
+        return None;
+    }
+    let value = |key: &[u8]| -> Option<&[u8]> {
+        let at = memmem::find(line, key)? + key.len();
+        let len = memchr::memchr(b'"', &line[at..])?;
+        Some(&line[at..at + len])
+    };
+    let number = |text: &[u8]| -> Option<u64> {
+        if text.is_empty() || text.len() > 19 || !text.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        Some(text.iter().fold(0, |n, d| n * 10 + u64::from(d - b'0')))
+    };
+    let seq = number(value(br#""seq":""#)?)?;
+    let sent = number(value(br#""sent":""#)?)?;
+    let rv = std::str::from_utf8(value(br#""resourceVersion":""#)?).ok()?;
+    Some((seq, sent, rv))
+}
+
 impl Watcher {
-    /// Watch until every write has been seen or told to stop. The first open's outcome goes
-    /// to `ready`.
-    async fn run(mut self, ready: mpsc::Sender<Result<(), String>>) -> Result<Received> {
-        let mut tally = Tally {
-            total: self.total,
-            seen: vec![0; self.total.div_ceil(64) as usize],
-            got: 0,
-            latencies: Histogram::default(),
-            last: None,
-            error_code: None,
-        };
+    /// Watch until every write has been seen (or the task is aborted), resuming watches the
+    /// server ends. The first open's outcome goes to `ready`.
+    async fn run(mut self, ready: mpsc::Sender<Result<(), String>>) -> Result<()> {
         let mut ready = Some(ready);
-        let mut restarts = 0;
         let mut partial = Vec::new();
-        'watches: loop {
+        let mut restarts = 0;
+        loop {
             let uri = format!("{}{}", self.base, self.resource_version);
             let opened = {
                 let _permit = self.opening.acquire().await;
@@ -333,59 +387,64 @@ impl Watcher {
                     let _ = ready.send(Err(format!("GET {uri}: {e}"))).await;
                     return Err(anyhow!("GET {uri}: {e}"));
                 }
-                // A resumed watch that cannot open (say, 410 Gone): what was missed stays missed.
-                (Err(CallError::Status { .. }), None) => break,
-                (Err(e), None) => return Err(anyhow!("GET {uri}: {e}")),
+                // A resumed watch that cannot open (say, 410 Gone): what was missed stays
+                // missed.
+                (Err(e), None) => {
+                    self.give_up(format!("resuming a watch failed: {e}"));
+                    return Ok(());
+                }
             };
             let mut body = response.into_body();
             partial.clear();
-            loop {
-                let frame = tokio::select! {
-                    biased;
-                    _ = self.stop.changed() => break 'watches,
-                    frame = body.frame() => frame,
-                };
-                let data: Bytes = match frame {
+            let ended = loop {
+                let data: Bytes = match body.frame().await {
                     Some(Ok(frame)) => match frame.into_data() {
                         Ok(data) => data,
                         Err(_) => continue,
                     },
-                    // The server (or the connection) ended the watch.
-                    Some(Err(_)) | None => break,
+                    Some(Err(e)) => {
+                        break format!("the watch failed: {}", super::client::one_line(&e))
+                    }
+                    None => break "the server ended the watch".to_owned(),
                 };
                 let at = Instant::now();
                 let now = nanos_since(self.epoch, at);
+                let mut tally = self.tally.lock().unwrap_or_else(|p| p.into_inner());
                 let mut rest: &[u8] = &data;
-                while let Some(end) = rest.iter().position(|&b| b == b'\n') {
-                    let go_on = if partial.is_empty() {
+                while let Some(end) = memchr::memchr(b'\n', rest) {
+                    let line = if partial.is_empty() {
                         tally.line(&rest[..end], now, at, &mut self.resource_version)?
                     } else {
                         partial.extend_from_slice(&rest[..end]);
-                        let go_on = tally.line(&partial, now, at, &mut self.resource_version)?;
+                        let line = tally.line(&partial, now, at, &mut self.resource_version)?;
                         partial.clear();
-                        go_on
+                        line
                     };
-                    if !go_on {
-                        break 'watches;
+                    if let Line::Error(code) = line {
+                        tally.gave_up = Some(format!("of an ERROR event (code {code})"));
+                        return Ok(());
                     }
                     rest = &rest[end + 1..];
                 }
                 partial.extend_from_slice(rest);
-                if tally.got >= self.total {
-                    break 'watches;
+                if tally.complete() {
+                    return Ok(());
                 }
-            }
-            if *self.stop.borrow() || restarts >= MAX_RESTARTS {
-                break;
+            };
+            if restarts >= MAX_RESTARTS {
+                self.give_up(format!("{ended}, {MAX_RESTARTS} times"));
+                return Ok(());
             }
             restarts += 1;
+            self.tally
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .restarts = restarts;
         }
-        Ok(Received {
-            latencies: tally.latencies,
-            last: tally.last,
-            restarts,
-            error_code: tally.error_code,
-        })
+    }
+
+    fn give_up(&self, reason: String) {
+        self.tally.lock().unwrap_or_else(|p| p.into_inner()).gave_up = Some(reason);
     }
 }
 
@@ -501,38 +560,36 @@ async fn write(
 mod tests {
     use super::*;
 
-    fn tally(total: u64) -> Tally {
-        Tally {
-            total,
-            seen: vec![0; total.div_ceil(64) as usize],
-            got: 0,
-            latencies: Histogram::default(),
-            last: None,
-            error_code: None,
-        }
-    }
-
     #[test]
     fn counts_each_write_once_and_tracks_resource_versions() {
-        let mut t = tally(100);
+        let mut t = Tally::new(100);
         let mut rv = String::from("1");
         let at = Instant::now();
-        let added = br#"{"type":"ADDED","object":{"kind":"ConfigMap","metadata":{"name":"w-3","resourceVersion":"42","uid":"x"},"data":{"seq":"3","sent":"1000000"}}}"#;
-        assert!(t.line(added, 3_000_000, at, &mut rv).unwrap());
-        assert!(t.line(added, 4_000_000, at, &mut rv).unwrap());
+        let added = br#"{"type":"ADDED","object":{"kind":"ConfigMap","metadata":{"name":"w-3","resourceVersion":"42","uid":"x"},"data":{"sent":"1000000","seq":"3"}}}"#;
+        assert_eq!(fast_fields(added), Some((3, 1_000_000, "42")));
+        assert_eq!(t.line(added, 3_000_000, at, &mut rv).unwrap(), Line::Event);
+        assert_eq!(t.line(added, 4_000_000, at, &mut rv).unwrap(), Line::Event);
         assert_eq!((t.got, rv.as_str()), (1, "42"));
         assert_eq!(t.latencies.count(), 1);
-        let modified = br#"{"type":"MODIFIED","object":{"metadata":{"resourceVersion":"43"},"data":{"seq":"99","sent":"5"}}}"#;
-        assert!(t.line(modified, 10, at, &mut rv).unwrap());
-        let out_of_range = br#"{"type":"MODIFIED","object":{"metadata":{"resourceVersion":"44"},"data":{"seq":"100","sent":"5"}}}"#;
-        assert!(t.line(out_of_range, 10, at, &mut rv).unwrap());
-        assert_eq!((t.got, rv.as_str()), (2, "44"));
+        // Another shape: parsed.
+        let modified = br#"{"object":{"metadata":{"resourceVersion":"43"},"data":{"seq":"99","sent":"5"}},"type":"MODIFIED"}"#;
+        assert_eq!(fast_fields(modified), None);
+        assert_eq!(t.line(modified, 10, at, &mut rv).unwrap(), Line::Event);
+        assert_eq!((t.got, rv.as_str()), (2, "43"));
+        let spaced = br#"{"type":"MODIFIED", "object": {"metadata": {"resourceVersion": "44"}, "data": {"seq": "98", "sent": "5"}}}"#;
+        assert_eq!(fast_fields(spaced), None);
+        assert_eq!(t.line(spaced, 10, at, &mut rv).unwrap(), Line::Event);
+        assert_eq!((t.got, rv.as_str()), (3, "44"));
+        let out_of_range = br#"{"type":"MODIFIED","object":{"metadata":{"resourceVersion":"45"},"data":{"seq":"100","sent":"5"}}}"#;
+        assert_eq!(t.line(out_of_range, 10, at, &mut rv).unwrap(), Line::Event);
+        assert_eq!((t.got, rv.as_str()), (3, "45"));
         let bookmark = br#"{"type":"BOOKMARK","object":{"kind":"ConfigMap","metadata":{"resourceVersion":"50"}}}"#;
-        assert!(t.line(bookmark, 10, at, &mut rv).unwrap());
+        assert_eq!(t.line(bookmark, 10, at, &mut rv).unwrap(), Line::Event);
         assert_eq!(rv, "50");
-        assert!(t.line(b"  ", 10, at, &mut rv).unwrap());
+        assert_eq!(t.line(b"  ", 10, at, &mut rv).unwrap(), Line::Event);
         let gone = br#"{"type":"ERROR","object":{"kind":"Status","code":410,"message":"too old"}}"#;
-        assert!(!t.line(gone, 10, at, &mut rv).unwrap());
+        assert_eq!(t.line(gone, 10, at, &mut rv).unwrap(), Line::Error(410));
         assert!(t.line(b"{not json", 10, at, &mut rv).is_err());
+        assert!(!t.complete());
     }
 }
