@@ -187,6 +187,10 @@ fn check_body(reg: &Registry, call: &Call, obj: &mut Value) -> ApiResult<Vec<Str
                 "the namespace of the provided object does not match the namespace sent on the request",
             ));
         }
+        // As Kubernetes does, a body without a namespace takes the URL's.
+        if body_ns.is_empty() && !call.info.namespace.is_empty() {
+            meta::set_meta_str(obj, "namespace", &call.info.namespace);
+        }
     } else if !body_ns.is_empty() {
         meta::remove_meta(obj, "namespace");
     }

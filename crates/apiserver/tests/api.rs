@@ -128,6 +128,8 @@ async fn create_get_update_delete_follow_kubernetes() {
 
     let mut upd = got.body.clone();
     upd["data"]["k"] = json!("v2");
+    // A body without a namespace takes the URL's, as in Kubernetes.
+    upd["metadata"].as_object_mut().unwrap().remove("namespace");
     let r = a.put(&format!("{CMS}/one"), upd.clone()).await;
     assert_eq!(r.code, 200, "{}", r.body);
     assert_ne!(r.body["metadata"]["resourceVersion"], rv.as_str());
