@@ -5,184 +5,23 @@
 
 use std::fmt;
 
-const QUALIFIED_NAME_MAX_LENGTH: usize = 63;
-const LABEL_VALUE_MAX_LENGTH: usize = 63;
-const DNS1123_SUBDOMAIN_MAX_LENGTH: usize = 253;
-
-const QUALIFIED_NAME_FMT: &str = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]";
-const QUALIFIED_NAME_ERR: &str = "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
-const LABEL_VALUE_FMT: &str = "(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?";
-const LABEL_VALUE_ERR: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
-const DNS1123_SUBDOMAIN_FMT: &str =
-    "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
-const DNS1123_SUBDOMAIN_ERR: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character";
-
-/// "... (e.g. 'a',  or 'b', regex used for validation is '...')", spacing exactly as Kubernetes.
-fn regex_error(msg: &str, fmt: &str, examples: &[&str]) -> String {
-    let mut out = String::with_capacity(msg.len() + fmt.len() + 64);
-    out.push_str(msg);
-    if examples.is_empty() {
-        out.push_str(" (regex used for validation is '");
-    } else {
-        out.push_str(" (e.g. ");
-        for (i, ex) in examples.iter().enumerate() {
-            if i > 0 {
-                out.push_str(" or ");
-            }
-            out.push('\'');
-            out.push_str(ex);
-            out.push_str("', ");
-        }
-        out.push_str("regex used for validation is '");
-    }
-    out.push_str(fmt);
-    out.push_str("')");
-    out
-}
-
-fn max_len_error(n: usize) -> String {
-    format!("must be no more than {n} characters")
-}
-
-/// `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]`
-fn matches_qualified_name_part(s: &str) -> bool {
-    let b = s.as_bytes();
-    match (b.first(), b.last()) {
-        (Some(f), Some(l)) => {
-            f.is_ascii_alphanumeric()
-                && l.is_ascii_alphanumeric()
-                && b.iter()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
-        }
-        _ => false,
-    }
-}
-
-/// `[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*`
-fn matches_dns1123_subdomain(s: &str) -> bool {
-    !s.is_empty()
-        && s.split('.').all(|label| {
-            let b = label.as_bytes();
-            let alnum = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
-            match (b.first(), b.last()) {
-                (Some(f), Some(l)) => {
-                    alnum(f) && alnum(l) && b.iter().all(|c| alnum(c) || *c == b'-')
-                }
-                _ => false,
-            }
-        })
-}
-
 /// Kubernetes' `IsDNS1123Subdomain`: the problems with `value`, empty when it is valid.
 pub fn dns1123_subdomain_errors(value: &str) -> Vec<String> {
-    let mut errs = Vec::new();
-    if value.len() > DNS1123_SUBDOMAIN_MAX_LENGTH {
-        errs.push(max_len_error(DNS1123_SUBDOMAIN_MAX_LENGTH));
-    }
-    if !matches_dns1123_subdomain(value) {
-        errs.push(regex_error(
-            DNS1123_SUBDOMAIN_ERR,
-            DNS1123_SUBDOMAIN_FMT,
-            &["example.com"],
-        ));
-    }
-    errs
+    crate::validation::names::dns1123_subdomain(value)
 }
 
 /// Kubernetes' `IsQualifiedName` (label keys, annotation keys): the problems with `value`,
 /// empty when it is valid.
 pub fn qualified_name_errors(value: &str) -> Vec<String> {
-    let mut errs = Vec::new();
-    let mut parts = value.split('/');
-    let first = parts.next().unwrap_or("");
-    let name = match (parts.next(), parts.next()) {
-        (None, _) => first,
-        (Some(name), None) => {
-            if first.is_empty() {
-                errs.push("prefix part must be non-empty".to_string());
-            } else {
-                for msg in dns1123_subdomain_errors(first) {
-                    errs.push(format!("prefix part {msg}"));
-                }
-            }
-            name
-        }
-        (Some(_), Some(_)) => {
-            errs.push(format!(
-                "a qualified name {} with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')",
-                regex_error(QUALIFIED_NAME_ERR, QUALIFIED_NAME_FMT, &["MyName", "my.name", "123-abc"])
-            ));
-            return errs;
-        }
-    };
-    if name.is_empty() {
-        errs.push("name part must be non-empty".to_string());
-    } else if name.len() > QUALIFIED_NAME_MAX_LENGTH {
-        errs.push(format!(
-            "name part {}",
-            max_len_error(QUALIFIED_NAME_MAX_LENGTH)
-        ));
-    }
-    if !matches_qualified_name_part(name) {
-        errs.push(format!(
-            "name part {}",
-            regex_error(
-                QUALIFIED_NAME_ERR,
-                QUALIFIED_NAME_FMT,
-                &["MyName", "my.name", "123-abc"]
-            )
-        ));
-    }
-    errs
+    crate::validation::names::qualified_name(value)
 }
 
 /// Kubernetes' `IsValidLabelValue`: the problems with `value`, empty when it is valid.
 pub fn label_value_errors(value: &str) -> Vec<String> {
-    let mut errs = Vec::new();
-    if value.len() > LABEL_VALUE_MAX_LENGTH {
-        errs.push(max_len_error(LABEL_VALUE_MAX_LENGTH));
-    }
-    if !value.is_empty() && !matches_qualified_name_part(value) {
-        errs.push(regex_error(
-            LABEL_VALUE_ERR,
-            LABEL_VALUE_FMT,
-            &["MyValue", "my_value", "12345"],
-        ));
-    }
-    errs
+    crate::validation::names::label_value(value)
 }
 
-/// Go's `strconv.Quote` (what `%q` prints for a string).
-pub fn go_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\u{7}' => out.push_str("\\a"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{b}' => out.push_str("\\v"),
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
-                out.push_str(&format!("\\x{:02x}", c as u32));
-            }
-            c if c.is_control() || c == '\u{2028}' || c == '\u{2029}' || c == '\u{feff}' => {
-                if (c as u32) <= 0xffff {
-                    out.push_str(&format!("\\u{:04x}", c as u32));
-                } else {
-                    out.push_str(&format!("\\U{:08x}", c as u32));
-                }
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
+pub use crate::field::go_quote;
 
 /// The reason a [`FieldError`] reports, as Kubernetes' `field.ErrorType`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
