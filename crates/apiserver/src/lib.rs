@@ -4,6 +4,7 @@
 //! admits, validates and finally writes through the generic [`registry::Registry`] of its
 //! resource. Lists and watches are served from each resource's [`watch_cache::WatchCache`].
 
+pub mod admission;
 pub mod auth;
 pub mod codec;
 pub mod discovery;
@@ -11,6 +12,7 @@ pub mod error;
 pub mod filter;
 pub mod handlers;
 pub mod metrics;
+pub mod objects;
 pub mod patch;
 pub mod pods;
 pub mod registry;
