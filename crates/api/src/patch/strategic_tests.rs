@@ -637,7 +637,9 @@ fn deeply_nested_patches_are_rejected_without_recursing() {
 
 #[test]
 fn every_catalogue_kind_has_a_schema_in_the_table() {
-    for r in RESOURCES {
+    // Reviews are only ever created, never patched.
+    let reviews = ["authentication.k8s.io", "authorization.k8s.io"];
+    for r in RESOURCES.iter().filter(|r| !reviews.contains(&r.group)) {
         let name = schema_name(r.group, r.version, r.kind)
             .unwrap_or_else(|| panic!("{}/{} {}", r.group, r.version, r.kind));
         assert!(name.ends_with(&format!(".{}", r.kind)), "{name}");

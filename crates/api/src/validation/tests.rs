@@ -289,7 +289,9 @@ fn valid_objects_of_every_kind_pass() {
     }
     let covered: Vec<(&str, &str)> = valid_objects().iter().map(|(g, k, _)| (*g, *k)).collect();
     for r in crate::catalogue::RESOURCES {
-        if !["Binding", "ComponentStatus"].contains(&r.kind) {
+        // Reviews are checked where they are answered.
+        let review = ["authentication.k8s.io", "authorization.k8s.io"].contains(&r.group);
+        if !["Binding", "ComponentStatus"].contains(&r.kind) && !review {
             assert!(
                 covered.contains(&(r.group, r.kind)),
                 "no valid example for {}/{}",
