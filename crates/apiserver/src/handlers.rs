@@ -113,7 +113,7 @@ pub struct Call<'a> {
     pub query: &'a Query,
     pub headers: &'a HeaderMap,
     /// Who is asking (authenticated).
-    pub user: &'a crate::auth::User,
+    pub user: &'a Arc<crate::auth::User>,
     pub body: Bytes,
     pub output: Output,
 }
@@ -139,6 +139,7 @@ impl Call<'_> {
         Ok(WriteOptions {
             dry_run,
             field_manager: self.query.str("fieldManager").to_string(),
+            user: Some(self.user.clone()),
         })
     }
 
@@ -711,7 +712,10 @@ pub async fn patch(reg: &Registry, call: &Call<'_>) -> ApiResult<Response<Body>>
 }
 
 fn delete_options(call: &Call) -> ApiResult<DeleteOptions> {
-    let mut opts = DeleteOptions::default();
+    let mut opts = DeleteOptions {
+        user: Some(call.user.clone()),
+        ..Default::default()
+    };
     if !call.body.is_empty() {
         let kind = codec::body_type(call.header("content-type"))?;
         let v = codec::decode_body(&call.body, kind)?;

@@ -18,6 +18,7 @@ pub mod pods;
 pub mod registry;
 pub mod request;
 pub mod scale;
+mod served_objects;
 pub mod server;
 pub mod tables;
 pub mod validation;
@@ -70,6 +71,8 @@ impl Default for Config {
 /// The API server: registries of every resource, their caches, and the auth chain.
 pub struct ApiServer {
     registries: HashMap<(String, String, String), Arc<Registry>>,
+    /// Each resource's registry in its storage version, by (group, plural).
+    by_resource: HashMap<(String, String), Arc<Registry>>,
     pub auth: AuthChain,
     pub store: Arc<dyn Store>,
     pub metrics: Arc<metrics::Metrics>,
@@ -91,6 +94,7 @@ impl ApiServer {
             metrics: metrics.clone(),
         });
         let mut registries = HashMap::new();
+        let mut by_resource = HashMap::new();
         // Resources stored under the same prefix (events in two groups, autoscalers in two
         // versions) share one cache, which holds the objects in their storage version.
         let mut caches: HashMap<&'static str, Arc<WatchCache>> = HashMap::new();
@@ -116,18 +120,25 @@ impl ApiServer {
                 }
                 _ => Arc::new(DefaultStrategy(info)),
             };
-            let reg = Registry::new(info, strategy, store.clone(), cache);
+            let reg = Arc::new(Registry::new(info, strategy, store.clone(), cache));
+            if std::ptr::eq(storage_info(info), info) {
+                by_resource.insert(
+                    (info.group.to_string(), info.plural.to_string()),
+                    reg.clone(),
+                );
+            }
             registries.insert(
                 (
                     info.group.to_string(),
                     info.version.to_string(),
                     info.plural.to_string(),
                 ),
-                Arc::new(reg),
+                reg,
             );
         }
         let server = Arc::new(ApiServer {
             registries,
+            by_resource,
             auth,
             store,
             metrics,
@@ -206,6 +217,17 @@ impl ApiServer {
         }
     }
 
+    /// Put `chain` in front of every registry's writes from clients.
+    pub fn install_admission(self: &Arc<Self>, chain: admission::Chain) {
+        let objects: Arc<dyn objects::Objects> = self.clone();
+        for reg in self.registries.values() {
+            reg.set_admission(registry::Admission {
+                chain: chain.clone(),
+                objects: Arc::downgrade(&objects),
+            });
+        }
+    }
+
     /// Registered watchers per group/version/kind, for /metrics.
     fn watcher_counts(&self) -> Vec<(String, String, String, usize)> {
         let mut seen = std::collections::HashSet::new();
@@ -237,7 +259,7 @@ impl ApiServer {
         let query = Query::parse(parts.uri.query());
         let info = RequestInfo::parse(&parts.method, parts.uri.path(), &query);
         let user = match self.auth.authenticate(&parts.headers, conn) {
-            Ok(u) => u,
+            Ok(u) => Arc::new(u),
             Err(msg) => {
                 let mut e = ApiError::new(401, "Unauthorized", msg);
                 e.message = "Unauthorized".into();
@@ -279,7 +301,7 @@ impl ApiServer {
         info: &RequestInfo,
         query: &Query,
         headers: &http::HeaderMap,
-        user: &auth::User,
+        user: &Arc<auth::User>,
         body: Bytes,
     ) -> Result<Response<Body>, ApiError> {
         let accept = headers

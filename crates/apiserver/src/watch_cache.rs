@@ -433,6 +433,16 @@ impl WatchCache {
         .unwrap_or(false)
     }
 
+    /// One cached object by namespace (empty when cluster-scoped) and name.
+    pub fn get(&self, ns: &str, name: &str) -> Option<Arc<CachedObject>> {
+        let key = if ns.is_empty() {
+            format!("{}{name}", self.prefix)
+        } else {
+            format!("{}{ns}/{name}", self.prefix)
+        };
+        self.inner.read().objects.get(&key).cloned()
+    }
+
     /// The cached objects that pass `filter`, sorted by key, with the cache's revision.
     pub fn list(&self, filter: &Filter) -> (Vec<Arc<CachedObject>>, i64) {
         let inner = self.inner.read();

@@ -33,7 +33,7 @@
 pub mod service;
 pub mod strategy;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
@@ -42,9 +42,12 @@ use capstan_api::meta;
 use capstan_store::{RangeRequest, Store, StoreError};
 use serde_json::{json, Value};
 
+use crate::admission::{Attributes, Chain, Operation};
+use crate::auth::User;
 use crate::codec;
 use crate::error::{ApiError, ApiResult, FieldError};
 use crate::filter::Filter;
+use crate::objects::Objects;
 use crate::watch_cache::{CachedObject, View, WatchCache};
 pub use strategy::{DefaultStrategy, Strategy};
 
@@ -53,6 +56,8 @@ pub use strategy::{DefaultStrategy, Strategy};
 pub struct WriteOptions {
     pub dry_run: bool,
     pub field_manager: String,
+    /// The client that asked; writes with a user pass admission, the server's own do not.
+    pub user: Option<Arc<User>>,
 }
 
 /// DeleteOptions of a delete request.
@@ -63,6 +68,8 @@ pub struct DeleteOptions {
     pub precondition_rv: Option<String>,
     pub propagation: Option<String>,
     pub dry_run: bool,
+    /// The client that asked (admission runs for it).
+    pub user: Option<Arc<User>>,
 }
 
 /// An object as written: wire JSON (with resourceVersion) and its parsed form, in the version
@@ -134,6 +141,14 @@ pub struct Registry {
     prefix: String,
     /// How this version reads the stored objects; `None` when it is the storage version.
     view: Option<View>,
+    /// Admission, set once the server that owns the registry exists.
+    admission: OnceLock<Admission>,
+}
+
+/// The admission chain and what its plugins read.
+pub struct Admission {
+    pub chain: Chain,
+    pub objects: Weak<dyn Objects>,
 }
 
 /// How many times an unconditional write retries after losing a race.
@@ -155,6 +170,71 @@ impl Registry {
             cache,
             prefix: Self::prefix_of(info),
             view,
+            admission: OnceLock::new(),
+        }
+    }
+
+    /// Install the admission chain (once).
+    pub fn set_admission(&self, admission: Admission) {
+        let _ = self.admission.set(admission);
+    }
+
+    /// Run both admission phases over a write of `obj` (storage version) replacing `old`.
+    /// Mutation happens in place; `Ok` means every plugin accepted.
+    async fn admit(
+        &self,
+        user: Option<&Arc<User>>,
+        operation: Operation,
+        subresource: &str,
+        obj: Option<&mut Value>,
+        old: Option<&Value>,
+        dry_run: bool,
+        validate: impl FnOnce(&Value) -> Vec<FieldError>,
+    ) -> ApiResult<()> {
+        let (Some(user), Some(adm)) = (user, self.admission.get()) else {
+            if let Some(o) = obj {
+                let errs = validate(o);
+                if !errs.is_empty() {
+                    return Err(ApiError::invalid(self.info, meta::name(o), errs));
+                }
+            }
+            return Ok(());
+        };
+        let Some(objects) = adm.objects.upgrade() else {
+            return Err(ApiError::internal("the server is shutting down"));
+        };
+        let name_of = |o: Option<&Value>| o.map(|v| meta::name(v).to_string()).unwrap_or_default();
+        let ns_of = |o: Option<&Value>| {
+            o.map(|v| meta::namespace(v).to_string())
+                .unwrap_or_default()
+        };
+        let (name, namespace) = match (&obj, old) {
+            (Some(o), _) => (name_of(Some(o)), ns_of(Some(o))),
+            (None, o) => (name_of(o), ns_of(o)),
+        };
+        let attrs = Attributes {
+            user,
+            operation,
+            info: self.storage,
+            subresource,
+            namespace: &namespace,
+            name: &name,
+            dry_run,
+            objects: objects.as_ref(),
+        };
+        match obj {
+            Some(o) => {
+                adm.chain.admit(&attrs, Some(&mut *o), old).await?;
+                let errs = validate(o);
+                if !errs.is_empty() {
+                    return Err(ApiError::invalid(self.info, &name, errs));
+                }
+                adm.chain.validate(&attrs, Some(&*o), old).await
+            }
+            None => {
+                adm.chain.admit(&attrs, None, old).await?;
+                adm.chain.validate(&attrs, None, old).await
+            }
         }
     }
 
@@ -308,10 +388,16 @@ impl Registry {
                 ));
             }
             self.prepare_create(&mut obj);
-            let errs = self.validate_new(&obj);
-            if !errs.is_empty() {
-                return Err(ApiError::invalid(self.info, &name, errs));
-            }
+            self.admit(
+                opts.user.as_ref(),
+                Operation::Create,
+                "",
+                Some(&mut obj),
+                None,
+                opts.dry_run,
+                |o| self.validate_new(o),
+            )
+            .await?;
             self.strategy.allocate(&mut obj, None)?;
             let stored = codec::encode_for_store(&obj);
             if opts.dry_run {
@@ -428,14 +514,18 @@ impl Registry {
             let mut next = self.to_storage(next);
             self.prepare_update(&mut next, &old, subresource);
             // A binding is the scheduler's assignment, not a pod update: it skips the checks
-            // that forbid changing a pod's spec.
-            let errs = if subresource == "binding" {
-                Vec::new()
-            } else {
-                self.validate_changed(&next, &old)
-            };
-            if !errs.is_empty() {
-                return Err(ApiError::invalid(self.info, name, errs));
+            // that forbid changing a pod's spec (and admission saw the Binding itself).
+            if subresource != "binding" {
+                self.admit(
+                    opts.user.as_ref(),
+                    Operation::Update,
+                    subresource,
+                    Some(&mut next),
+                    Some(&old),
+                    opts.dry_run,
+                    |n| self.validate_changed(n, &old),
+                )
+                .await?;
             }
             if subresource.is_empty() {
                 self.strategy.allocate(&mut next, Some(&old))?;
@@ -546,6 +636,16 @@ impl Registry {
             let kv = kv.ok_or_else(|| ApiError::not_found(self.info, name))?;
             let old = codec::decode_stored(&kv.value, kv.mod_revision)?;
             self.check_preconditions(&old, name, opts)?;
+            self.admit(
+                opts.user.as_ref(),
+                Operation::Delete,
+                "",
+                None,
+                Some(&old),
+                opts.dry_run,
+                |_| Vec::new(),
+            )
+            .await?;
             let mut next = old.clone();
             let plan = self.plan_delete(&mut next, opts);
             if opts.dry_run {
