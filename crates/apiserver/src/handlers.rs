@@ -8,6 +8,7 @@
 //! internal object; objects embedded whole in a Table row are in the request's version.
 
 use std::convert::Infallible;
+use std::future::Future as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -462,62 +463,35 @@ pub async fn watch(reg: Arc<Registry>, call: &Call<'_>) -> ApiResult<Response<Bo
         ),
         _ => Duration::from_secs(1800 + rand::random::<u64>() % 1800),
     };
-    let sub = reg.cache.subscribe(filter, from)?;
+    let mut sub = reg.cache.subscribe(filter, from)?;
     let output = call.output;
-    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(64);
     let info = reg.info;
-    let mut revisions = reg.cache.revisions();
+    let revisions = reg.cache.revisions();
     let frame = {
         let reg = reg.clone();
         move |item: &WatchItem| frame(&reg, item, output)
     };
-    tokio::spawn(async move {
-        let mut sub = sub;
-        let deadline = tokio::time::sleep(timeout);
-        tokio::pin!(deadline);
-        let mut last_rev = from.unwrap_or(0);
-        for item in std::mem::take(&mut sub.initial) {
-            last_rev = last_rev.max(item.event.rev);
-            if tx.send(frame(&item)).await.is_err() {
-                return;
-            }
-        }
-        if send_initial {
-            let rev = *revisions.borrow_and_update();
-            last_rev = last_rev.max(rev);
-            if tx.send(bookmark(info, last_rev, true)).await.is_err() {
-                return;
-            }
-        }
-        let mut tick = tokio::time::interval(Duration::from_secs(30));
-        tick.tick().await;
-        loop {
-            tokio::select! {
-                item = sub.rx.recv() => {
-                    let Some(item) = item else { return }; // too slow: closed; client re-watches
-                    last_rev = last_rev.max(item.event.rev);
-                    if tx.send(frame(&item)).await.is_err() {
-                        return;
-                    }
-                }
-                _ = tick.tick(), if bookmarks => {
-                    let rev = *revisions.borrow_and_update();
-                    if rev > last_rev && sub.rx.is_empty() {
-                        last_rev = rev;
-                        if tx.send(bookmark(info, rev, false)).await.is_err() {
-                            return;
-                        }
-                    }
-                }
-                _ = tx.closed() => return,
-                _ = &mut deadline => return,
-            }
-        }
-    });
-    let stream = futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv()
-            .await
-            .map(|b| (Ok::<_, Infallible>(Frame::data(b)), rx))
+    let mut state = WatchStream {
+        initial: std::mem::take(&mut sub.initial).into(),
+        sub,
+        initial_end: send_initial,
+        bookmarks,
+        revisions,
+        last_rev: from.unwrap_or(0),
+        deadline: Box::pin(tokio::time::sleep(timeout)),
+        tick: {
+            let mut t = tokio::time::interval_at(
+                tokio::time::Instant::now() + BOOKMARK_EVERY,
+                BOOKMARK_EVERY,
+            );
+            t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            t
+        },
+    };
+    let stream = futures::stream::poll_fn(move |cx| {
+        state
+            .poll_next(cx, info, &frame)
+            .map(|b| b.map(|b| Ok::<_, Infallible>(Frame::data(b))))
     });
     let mut r = Response::new(BodyExt::boxed(StreamBody::new(stream)));
     r.headers_mut().insert(
@@ -529,6 +503,89 @@ pub async fn watch(reg: Arc<Registry>, call: &Call<'_>) -> ApiResult<Response<Bo
         HeaderValue::from_static("no-cache, private"),
     );
     Ok(r)
+}
+
+/// How often an idle watch that asked for bookmarks gets one.
+const BOOKMARK_EVERY: Duration = Duration::from_secs(30);
+
+/// A watch response body is cut into frames of at most about this many bytes.
+const WATCH_FRAME_BYTES: usize = 64 * 1024;
+
+/// The state of one watch response, polled directly by the connection: each poll takes every
+/// event already queued for the watcher (up to [`WATCH_FRAME_BYTES`]) and sends them as one
+/// body frame, so a busy watch costs one write per batch rather than one per event.
+struct WatchStream {
+    initial: std::collections::VecDeque<WatchItem>,
+    sub: crate::watch_cache::Subscription,
+    /// The `initial-events-end` bookmark is still to be sent.
+    initial_end: bool,
+    bookmarks: bool,
+    revisions: tokio::sync::watch::Receiver<i64>,
+    last_rev: i64,
+    deadline: std::pin::Pin<Box<tokio::time::Sleep>>,
+    tick: tokio::time::Interval,
+}
+
+impl WatchStream {
+    fn poll_next(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+        info: &'static capstan_api::catalogue::ResourceInfo,
+        frame: &dyn Fn(&WatchItem) -> Bytes,
+    ) -> std::task::Poll<Option<Bytes>> {
+        use std::task::Poll;
+        let mut out = BytesMut::new();
+        while out.len() < WATCH_FRAME_BYTES {
+            let Some(item) = self.initial.pop_front() else {
+                break;
+            };
+            self.last_rev = self.last_rev.max(item.event.rev);
+            out.extend_from_slice(&frame(&item));
+        }
+        if !out.is_empty() {
+            return Poll::Ready(Some(out.freeze()));
+        }
+        if self.initial_end {
+            self.initial_end = false;
+            let rev = *self.revisions.borrow_and_update();
+            self.last_rev = self.last_rev.max(rev);
+            return Poll::Ready(Some(bookmark(info, self.last_rev, true)));
+        }
+        if self.deadline.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(None);
+        }
+        let mut closed = false;
+        while out.len() < WATCH_FRAME_BYTES {
+            match self.sub.rx.poll_recv(cx) {
+                Poll::Ready(Some(item)) => {
+                    self.last_rev = self.last_rev.max(item.event.rev);
+                    out.extend_from_slice(&frame(&item));
+                }
+                // Closed: the watcher fell behind; the client re-watches.
+                Poll::Ready(None) => {
+                    closed = true;
+                    break;
+                }
+                Poll::Pending => break,
+            }
+        }
+        if !out.is_empty() {
+            return Poll::Ready(Some(out.freeze()));
+        }
+        if closed {
+            return Poll::Ready(None);
+        }
+        if self.bookmarks {
+            while self.tick.poll_tick(cx).is_ready() {
+                let rev = *self.revisions.borrow_and_update();
+                if rev > self.last_rev {
+                    self.last_rev = rev;
+                    return Poll::Ready(Some(bookmark(info, rev, false)));
+                }
+            }
+        }
+        Poll::Pending
+    }
 }
 
 /// One watch event as the client asked for it: JSON in the request's version (converted once

@@ -560,23 +560,28 @@ fn remove_watcher(inner: &mut Inner, id: u64) {
 
 /// Send `event` to every watcher whose filter it passes; close watchers that cannot keep up.
 fn dispatch(inner: &mut Inner, event: &Arc<CacheEvent>) {
-    // Watchers selecting one node only hear about that node's objects.
-    let mut ids: Vec<u64> = inner.unindexed.iter().copied().collect();
-    for obj in [Some(event.obj.as_ref()), event.prev.as_deref()]
+    // Watchers selecting one node only hear about that node's objects (the node before and
+    // after the change, once each).
+    let node = event.obj.field("spec.nodeName").filter(|n| !n.is_empty());
+    let prev_node = event
+        .prev
+        .as_deref()
+        .and_then(|p| p.field("spec.nodeName"))
+        .filter(|n| !n.is_empty() && Some(*n) != node);
+    let Inner {
+        watchers,
+        by_node,
+        unindexed,
+        ..
+    } = inner;
+    let indexed = [node, prev_node]
         .into_iter()
         .flatten()
-    {
-        if let Some(node) = obj.field("spec.nodeName") {
-            if let Some(set) = inner.by_node.get(node) {
-                ids.extend(set.iter().copied());
-            }
-        }
-    }
-    ids.sort_unstable();
-    ids.dedup();
+        .filter_map(|n| by_node.get(n))
+        .flat_map(|set| set.iter());
     let mut slow = Vec::new();
-    for id in ids {
-        let Some(w) = inner.watchers.get(&id) else {
+    for id in unindexed.iter().chain(indexed) {
+        let Some(w) = watchers.get(id) else {
             continue;
         };
         if let Some(kind) = w.filter.event_type(event) {
@@ -585,7 +590,7 @@ fn dispatch(inner: &mut Inner, event: &Arc<CacheEvent>) {
                 event: event.clone(),
             };
             if w.tx.try_send(item).is_err() {
-                slow.push(id);
+                slow.push(*id);
             }
         }
     }
