@@ -38,6 +38,8 @@ pub struct ConnInfo {
     pub peer: Option<SocketAddr>,
     /// The verified client certificate's subject: (CN, O values).
     pub client_cert: Option<(String, Vec<String>)>,
+    /// Why the certificate the client presented is not acceptable (another CA, expired).
+    pub client_cert_error: Option<String>,
     /// Set for the in-process transport: the user the component runs as.
     pub in_process_user: Option<User>,
 }
@@ -55,6 +57,9 @@ pub struct X509Authenticator;
 
 impl Authenticator for X509Authenticator {
     fn authenticate(&self, _headers: &HeaderMap, conn: &ConnInfo) -> Option<Result<User, String>> {
+        if let Some(e) = &conn.client_cert_error {
+            return Some(Err(e.clone()));
+        }
         let (cn, orgs) = conn.client_cert.as_ref()?;
         Some(Ok(User {
             name: cn.clone(),
@@ -113,10 +118,20 @@ impl Authorizer for AllowAuthenticated {
 }
 
 /// The authentication chain: the first authenticator that recognizes a credential decides.
+/// Then the authorizers, in order: the first with an opinion decides.
+#[derive(Default)]
 pub struct AuthChain {
     pub authenticators: Vec<Box<dyn Authenticator>>,
     pub authorizers: Vec<Box<dyn Authorizer>>,
     pub allow_anonymous: bool,
+    /// The RBAC policy (also one of `authorizers`), for rules reviews and escalation checks.
+    pub rbac: Option<std::sync::Arc<crate::rbac::Rbac>>,
+    /// Service account tokens: TokenRequest and issuer discovery.
+    pub service_accounts: Option<std::sync::Arc<crate::authn::ServiceAccountTokens>>,
+    /// Every bearer token authenticator, for TokenReview.
+    pub tokens: Option<crate::authn::TokenAuthenticators>,
+    /// Verifies client certificates the TLS layer only requested.
+    pub client_certs: Option<capstan_pki::ClientCertCheck>,
 }
 
 impl AuthChain {
@@ -189,4 +204,10 @@ pub fn forbidden_message(user: &User, req: &RequestInfo, reason: &str) -> String
         msg.push_str(reason);
     }
     msg
+}
+
+impl<T: Authorizer + ?Sized> Authorizer for std::sync::Arc<T> {
+    fn authorize(&self, user: &User, req: &RequestInfo) -> Decision {
+        (**self).authorize(user, req)
+    }
 }

@@ -4,17 +4,23 @@
 //! admits, validates and finally writes through the generic [`registry::Registry`] of its
 //! resource. Lists and watches are served from each resource's [`watch_cache::WatchCache`].
 
+pub mod access;
 pub mod admission;
+pub mod audit;
 pub mod auth;
+pub mod authn;
 pub mod codec;
 pub mod discovery;
 pub mod error;
 pub mod filter;
 pub mod handlers;
 pub mod metrics;
+pub mod namespace_defaults;
+pub mod node_authz;
 pub mod objects;
 pub mod patch;
 pub mod pods;
+pub mod rbac;
 pub mod registry;
 pub mod request;
 pub mod scale;
@@ -56,6 +62,8 @@ pub struct Config {
     pub service_cidr: String,
     /// `--service-node-port-range`.
     pub node_port_range: (u16, u16),
+    /// `--audit-log-path`: where to write the audit log, if anywhere.
+    pub audit_log: Option<std::path::PathBuf>,
 }
 
 impl Default for Config {
@@ -64,6 +72,7 @@ impl Default for Config {
             advertise_address: "127.0.0.1:6443".into(),
             service_cidr: "10.43.0.0/16".into(),
             node_port_range: (30000, 32767),
+            audit_log: None,
         }
     }
 }
@@ -78,6 +87,7 @@ pub struct ApiServer {
     pub metrics: Arc<metrics::Metrics>,
     /// host:port clients use, for discovery's serverAddressByClientCIDRs.
     pub advertise_address: String,
+    audit: Option<Arc<audit::AuditLog>>,
 }
 
 impl ApiServer {
@@ -136,7 +146,15 @@ impl ApiServer {
                 reg,
             );
         }
+        let audit = match &config.audit_log {
+            Some(path) => Some(
+                audit::AuditLog::open(path)
+                    .map_err(|e| format!("opening the audit log {}: {e}", path.display()))?,
+            ),
+            None => None,
+        };
         let server = Arc::new(ApiServer {
+            audit,
             registries,
             by_resource,
             auth,
@@ -145,6 +163,7 @@ impl ApiServer {
             advertise_address: config.advertise_address.clone(),
         });
         server.ensure_system_namespaces().await;
+        server.ensure_system_priority_classes().await;
         server.ensure_kubernetes_service(cidr).await;
         Ok(server)
     }
@@ -228,6 +247,21 @@ impl ApiServer {
         }
     }
 
+    /// `system-node-critical` and `system-cluster-critical`, as Kubernetes creates them.
+    async fn ensure_system_priority_classes(&self) {
+        let Some(reg) = self.registry("scheduling.k8s.io", "v1", "priorityclasses") else {
+            return;
+        };
+        for pc in admission::priority::system_priority_classes() {
+            match reg.create("", pc, &WriteOptions::default()).await {
+                Ok(_) | Err(ApiError { code: 409, .. }) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e.message, "cannot create a system priority class")
+                }
+            }
+        }
+    }
+
     /// Registered watchers per group/version/kind, for /metrics.
     fn watcher_counts(&self) -> Vec<(String, String, String, usize)> {
         let mut seen = std::collections::HashSet::new();
@@ -255,27 +289,57 @@ impl ApiServer {
 
     /// Serve one request whose body has been read.
     pub async fn handle(self: &Arc<Self>, req: Request<Bytes>, conn: &ConnInfo) -> Response<Body> {
+        let received = std::time::SystemTime::now();
         let (parts, body) = req.into_parts();
         let query = Query::parse(parts.uri.query());
         let info = RequestInfo::parse(&parts.method, parts.uri.path(), &query);
-        let user = match self.auth.authenticate(&parts.headers, conn) {
-            Ok(u) => Arc::new(u),
+        let user = self.auth.authenticate(&parts.headers, conn).map(Arc::new);
+        let resp = match &user {
+            Ok(user) => self.serve(&parts, &query, &info, user, body).await,
             Err(msg) => {
-                let mut e = ApiError::new(401, "Unauthorized", msg);
+                let mut e = ApiError::new(401, "Unauthorized", msg.clone());
                 e.message = "Unauthorized".into();
-                return error_response(&e);
+                error_response(&e)
             }
         };
-        if let Err(reason) = self.auth.authorize(&user, &info) {
+        if let Some(log) = &self.audit {
+            let uri = parts
+                .uri
+                .path_and_query()
+                .map(|p| p.as_str())
+                .unwrap_or("/");
+            log.record(&audit::Entry {
+                info: &info,
+                uri,
+                user: user.as_deref().ok(),
+                conn,
+                headers: &parts.headers,
+                code: resp.status().as_u16(),
+                received,
+            });
+        }
+        resp
+    }
+
+    /// Serve an authenticated request.
+    async fn serve(
+        self: &Arc<Self>,
+        parts: &http::request::Parts,
+        query: &Query,
+        info: &RequestInfo,
+        user: &Arc<auth::User>,
+        body: Bytes,
+    ) -> Response<Body> {
+        if let Err(reason) = self.auth.authorize(user, info) {
             let e = ApiError::new(
                 403,
                 "Forbidden",
-                auth::forbidden_message(&user, &info, &reason),
+                auth::forbidden_message(user, info, &reason),
             );
             return error_response(&e);
         }
         if !info.is_resource {
-            return match self.non_resource(&parts.method, &info, &query, &parts.headers) {
+            return match self.non_resource(&parts.method, info, query, &parts.headers) {
                 Ok(r) => r,
                 Err(e) => error_response(&e),
             };
@@ -284,14 +348,14 @@ impl ApiServer {
         let mutating = !matches!(info.verb.as_str(), "get" | "list" | "watch");
         let _in_flight = self.metrics.in_flight(mutating);
         let resp = match self
-            .resource(&parts.method, &info, &query, &parts.headers, &user, body)
+            .resource(&parts.method, info, query, &parts.headers, user, body)
             .await
         {
             Ok(r) => r,
             Err(e) => error_response(&e),
         };
         self.metrics
-            .request(&info, resp.status().as_u16(), started.elapsed());
+            .request(info, resp.status().as_u16(), started.elapsed());
         resp
     }
 
@@ -317,6 +381,25 @@ impl ApiServer {
             body,
             output,
         };
+        if info.verb == "create"
+            && info.version == "v1"
+            && matches!(
+                info.group.as_str(),
+                "authorization.k8s.io" | "authentication.k8s.io"
+            )
+        {
+            let ct = headers
+                .get(http::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            let body = access::json_body(ct, &call.body)?;
+            if info.resource == "tokenreviews" {
+                let tokens = self.auth.tokens.clone().unwrap_or_default();
+                let answer = authn::token_review(&body, &tokens, tokens.api_audiences())?;
+                return Ok(value_response(201, &answer));
+            }
+            return access::review(self, self.auth.rbac.as_deref(), info, user, &body);
+        }
         let core_pods = info.group.is_empty() && info.version == "v1";
         if core_pods && info.verb == "create" {
             let pods = self
@@ -328,6 +411,7 @@ impl ApiServer {
                 }
                 ("pods", "binding") => return pods::bind(&pods, &call).await,
                 ("pods", "eviction") => return pods::evict(self, &pods, &call).await,
+                ("serviceaccounts", "token") => return self.token_request(&call).await,
                 _ => {}
             }
         }
@@ -374,7 +458,22 @@ impl ApiServer {
             }
             "update" => handlers::update(&reg, &call).await,
             "patch" => handlers::patch(&reg, &call).await,
-            "delete" => handlers::delete(&reg, &call).await,
+            "delete" => {
+                if info.resource == "namespaces"
+                    && info.group.is_empty()
+                    && ["default", "kube-system", "kube-public"].contains(&info.name.as_str())
+                {
+                    return Err(ApiError::new(
+                        403,
+                        "Forbidden",
+                        format!(
+                            "namespaces \"{}\" is forbidden: this namespace may not be deleted",
+                            info.name
+                        ),
+                    ));
+                }
+                handlers::delete(&reg, &call).await
+            }
             "deletecollection" => handlers::delete_collection(&reg, &call).await,
             _ => {
                 let _ = method;
@@ -383,6 +482,34 @@ impl ApiServer {
                 ))
             }
         }
+    }
+
+    /// `POST .../serviceaccounts/<name>/token`: a bound token for the service account.
+    async fn token_request(&self, call: &Call<'_>) -> Result<Response<Body>, ApiError> {
+        let Some(tokens) = &self.auth.service_accounts else {
+            return Err(ApiError::new(
+                501,
+                "NotImplemented",
+                "service account tokens are not configured on this server",
+            ));
+        };
+        let reg = self
+            .registry("", "v1", "serviceaccounts")
+            .ok_or_else(|| ApiError::internal("no service account registry"))?;
+        let sa = reg.get(&call.info.namespace, &call.info.name).await?;
+        let ct = call
+            .headers
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        let body = access::json_body(ct, &call.body)?;
+        let answer = tokens.token_request(
+            &call.info.namespace,
+            &sa.value,
+            &body,
+            std::time::SystemTime::now(),
+        )?;
+        Ok(value_response(201, &answer))
     }
 
     /// NamespaceLifecycle: no creates in a missing or terminating namespace.
@@ -459,6 +586,31 @@ impl ApiServer {
                 .map(|v| value_response(200, &v))
                 .ok_or_else(ApiError::not_found_path),
             ["healthz" | "livez" | "readyz", rest @ ..] => Ok(health(parts[0], rest, query)),
+            [".well-known", "openid-configuration"] | ["openid", "v1", "jwks"] => {
+                let Some(sa) = self
+                    .auth
+                    .service_accounts
+                    .as_ref()
+                    .filter(|sa| sa.serves_discovery())
+                else {
+                    return Err(ApiError::not_found_path());
+                };
+                let (doc, ct) = if parts[0] == "openid" {
+                    (sa.jwks(), "application/jwk-set+json")
+                } else {
+                    (sa.openid_configuration(), "application/json")
+                };
+                let mut r = value_response(200, &doc);
+                r.headers_mut().insert(
+                    http::header::CONTENT_TYPE,
+                    http::HeaderValue::from_static(ct),
+                );
+                r.headers_mut().insert(
+                    http::header::CACHE_CONTROL,
+                    http::HeaderValue::from_static("public, max-age=3600"),
+                );
+                Ok(r)
+            }
             ["metrics"] => {
                 let mut r = text_response(200, &self.metrics.render(&self.watcher_counts()));
                 r.headers_mut().insert(

@@ -140,3 +140,64 @@ impl Objects for MemoryObjects {
         Ok(obj)
     }
 }
+
+/// An [`Objects`] to hand out before the server that provides it exists (authenticators are
+/// built before the server): empty until [`LateObjects::set`].
+#[derive(Default)]
+pub struct LateObjects {
+    inner: std::sync::OnceLock<std::sync::Weak<dyn Objects>>,
+}
+
+impl LateObjects {
+    pub fn set(&self, objects: &std::sync::Arc<dyn Objects>) {
+        let _ = self.inner.set(std::sync::Arc::downgrade(objects));
+    }
+
+    fn target(&self) -> Option<std::sync::Arc<dyn Objects>> {
+        self.inner.get()?.upgrade()
+    }
+}
+
+#[async_trait]
+impl Objects for LateObjects {
+    fn get(&self, group: &str, resource: &str, ns: &str, name: &str) -> Option<Value> {
+        self.target()?.get(group, resource, ns, name)
+    }
+
+    fn list(&self, group: &str, resource: &str, ns: &str) -> Vec<Value> {
+        self.target()
+            .map(|t| t.list(group, resource, ns))
+            .unwrap_or_default()
+    }
+
+    fn pods_on_node(&self, node: &str) -> Vec<Value> {
+        self.target()
+            .map(|t| t.pods_on_node(node))
+            .unwrap_or_default()
+    }
+
+    async fn update(
+        &self,
+        group: &str,
+        resource: &str,
+        ns: &str,
+        name: &str,
+        subresource: &str,
+        change: Change<'_>,
+    ) -> ApiResult<Value> {
+        match self.target() {
+            Some(t) => {
+                t.update(group, resource, ns, name, subresource, change)
+                    .await
+            }
+            None => Err(crate::error::ApiError::internal("the server is not ready")),
+        }
+    }
+
+    async fn create(&self, group: &str, resource: &str, ns: &str, obj: Value) -> ApiResult<Value> {
+        match self.target() {
+            Some(t) => t.create(group, resource, ns, obj).await,
+            None => Err(crate::error::ApiError::internal("the server is not ready")),
+        }
+    }
+}

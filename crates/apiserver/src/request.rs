@@ -22,6 +22,10 @@ pub struct RequestInfo {
     pub name: String,
     /// Path segments after the subresource (e.g. proxy paths).
     pub rest: Vec<String>,
+    /// The raw `fieldSelector` and `labelSelector` of a list, watch or deletecollection, which
+    /// authorizers may consider (Kubernetes' AuthorizeWithSelectors).
+    pub field_selector: String,
+    pub label_selector: String,
 }
 
 /// Subresources of a namespace that are not namespaced resources: /namespaces/<n>/status.
@@ -102,6 +106,10 @@ impl RequestInfo {
             _ => "",
         }
         .to_string();
+        if matches!(info.verb.as_str(), "list" | "watch" | "deletecollection") {
+            info.field_selector = query.str("fieldSelector").to_string();
+            info.label_selector = query.str("labelSelector").to_string();
+        }
         info
     }
 }

@@ -49,15 +49,22 @@ pub async fn serve(
                     return;
                 }
             };
-            let client_cert = stream
-                .get_ref()
-                .1
-                .peer_certificates()
-                .and_then(|certs| certs.first())
-                .and_then(|c| capstan_pki::identity_from_cert(c.as_ref()));
+            // Certificates are verified here, once per connection, when the TLS layer only
+            // requested them (see `capstan_pki::ClientAuth::Request`).
+            let (client_cert, client_cert_error) = match stream.get_ref().1.peer_certificates() {
+                None | Some([]) => (None, None),
+                Some(chain) => match &api.auth.client_certs {
+                    Some(check) => match check.identity(chain) {
+                        Ok(id) => (Some(id), None),
+                        Err(e) => (None, Some(e)),
+                    },
+                    None => (capstan_pki::identity_from_cert(chain[0].as_ref()), None),
+                },
+            };
             let conn = Arc::new(ConnInfo {
                 peer: Some(peer),
                 client_cert,
+                client_cert_error,
                 in_process_user: None,
             });
             let service = hyper::service::service_fn(move |req: Request<Incoming>| {

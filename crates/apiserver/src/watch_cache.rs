@@ -249,6 +249,9 @@ pub struct WatchCache {
     rev_tx: watch::Sender<i64>,
     next_id: AtomicU64,
     progress: RwLock<Option<Arc<tokio::sync::Notify>>>,
+    /// Objects this server just wrote, already parsed by the registry, by revision: the
+    /// store's event for that revision takes the object from here instead of parsing it.
+    prepared: parking_lot::Mutex<HashMap<i64, (String, Arc<CachedObject>)>>,
 }
 
 /// A registered watch: the events it missed (from the window) then its live channel.
@@ -282,6 +285,7 @@ impl WatchCache {
             rev_tx,
             next_id: AtomicU64::new(1),
             progress: RwLock::new(None),
+            prepared: parking_lot::Mutex::new(HashMap::new()),
         })
     }
 
@@ -356,12 +360,19 @@ impl WatchCache {
             let prev = inner.objects.get(&key).cloned();
             let event = match ev.kind {
                 EventKind::Put => {
-                    let obj = match CachedObject::new(self.info, &ev.kv.value, rev) {
-                        Ok(o) => Arc::new(o),
-                        Err(e) => {
-                            tracing::warn!(key, error = %e.message, "skipping unreadable object");
-                            continue;
-                        }
+                    let prepared = match self.prepared.lock().remove(&rev) {
+                        Some((k, o)) if k == key => Some(o),
+                        _ => None,
+                    };
+                    let obj = match prepared {
+                        Some(o) => o,
+                        None => match CachedObject::new(self.info, &ev.kv.value, rev) {
+                            Ok(o) => Arc::new(o),
+                            Err(e) => {
+                                tracing::warn!(key, error = %e.message, "skipping unreadable object");
+                                continue;
+                            }
+                        },
                     };
                     inner.objects.insert(key, obj.clone());
                     let kind = if prev.is_some() {
@@ -403,6 +414,12 @@ impl WatchCache {
         inner.rev = inner.rev.max(resp.revision);
         let rev = inner.rev;
         drop(inner);
+        let mut prepared = self.prepared.lock();
+        if prepared.len() > 4096 {
+            // Offers whose events were missed (the cache relisted) are of no use.
+            prepared.retain(|r, _| *r > rev);
+        }
+        drop(prepared);
         self.rev_tx.send_replace(rev);
     }
 
@@ -431,6 +448,20 @@ impl WatchCache {
         })
         .await
         .unwrap_or(false)
+    }
+
+    /// Offer the object a write at `rev` stored under `key` (already parsed as `value`, with
+    /// wire JSON `json`), so that applying the write's event need not parse it again.
+    pub fn prepare(&self, key: &str, value: &Value, json: Bytes, rev: i64) {
+        if rev <= self.inner.read().rev {
+            return; // The event came first.
+        }
+        let obj = Arc::new(CachedObject::from_value(self.info, value, json, rev));
+        self.prepared.lock().insert(rev, (key.to_string(), obj));
+        // The event may have been applied meanwhile: then nobody will take it.
+        if rev <= self.inner.read().rev {
+            self.prepared.lock().remove(&rev);
+        }
     }
 
     /// One cached object by namespace (empty when cluster-scoped) and name.

@@ -33,7 +33,7 @@ async fn api() -> Api {
     let auth = AuthChain {
         authenticators: vec![Box::new(InProcessAuthenticator)],
         authorizers: vec![Box::new(MastersAuthorizer)],
-        allow_anonymous: false,
+        ..Default::default()
     };
     let server = ApiServer::new(store, auth, Config::default())
         .await

@@ -22,7 +22,7 @@ async fn server() -> (Arc<ApiServer>, ConnInfo, tempfile::TempDir) {
     let auth = AuthChain {
         authenticators: vec![Box::new(InProcessAuthenticator)],
         authorizers: vec![Box::new(MastersAuthorizer)],
-        allow_anonymous: false,
+        ..Default::default()
     };
     let api = ApiServer::new(store, auth, Config::default())
         .await

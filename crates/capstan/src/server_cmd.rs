@@ -6,9 +6,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use capstan_apiserver::auth::{
-    AllowAuthenticated, AuthChain, MastersAuthorizer, X509Authenticator,
-};
 use capstan_apiserver::ApiServer;
 use capstan_pki::{ClientAuth, Pki, PkiOptions};
 use capstan_store::Store;
@@ -50,6 +47,15 @@ pub struct ServerArgs {
     /// Allow unauthenticated requests as system:anonymous.
     #[arg(long)]
     anonymous_auth: bool,
+
+    /// Accept the bearer tokens of this file (Kubernetes' CSV format:
+    /// token,user,uid,"group1,group2").
+    #[arg(long, value_name = "PATH")]
+    token_auth_file: Option<PathBuf>,
+
+    /// Write an audit log here: one JSON line (an audit.k8s.io/v1 Event) per request.
+    #[arg(long, value_name = "PATH")]
+    audit_log_path: Option<PathBuf>,
 }
 
 pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
@@ -96,30 +102,78 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     .with_context(|| format!("preparing certificates in {}", pki_dir.display()))?;
 
     let server_url = format!("https://{}:{}", bracket_v6(&local), args.secure_port);
-    let kubeconfig = args.data_dir.join("admin.kubeconfig");
-    let (cert, key) = pki
-        .issue_client_cert(
-            "kubernetes-admin",
+    // The admin's credentials, and each component's own identity (Kubernetes' default role
+    // for that component applies to it).
+    let node_name = hostname();
+    let identities: [(&str, String, &[&str]); 5] = [
+        (
+            "admin.kubeconfig",
+            "kubernetes-admin".into(),
             &["system:masters"],
-            Duration::from_secs(365 * 86400),
+        ),
+        (
+            "components/scheduler.kubeconfig",
+            "system:kube-scheduler".into(),
+            &[],
+        ),
+        (
+            "components/controller-manager.kubeconfig",
+            "system:kube-controller-manager".into(),
+            &[],
+        ),
+        (
+            "components/proxy.kubeconfig",
+            "system:kube-proxy".into(),
+            &[],
+        ),
+        (
+            "components/kubelet.kubeconfig",
+            format!("system:node:{node_name}"),
+            &["system:nodes"],
+        ),
+    ];
+    for (file, user, groups) in identities {
+        let path = args.data_dir.join(file);
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        let (cert, key) = pki
+            .issue_client_cert(&user, groups, Duration::from_secs(365 * 86400))
+            .with_context(|| format!("issuing the certificate of {user}"))?;
+        capstan_pki::kubeconfig::write(
+            &path,
+            "capstan",
+            &server_url,
+            pki.ca_cert_pem(),
+            if file == "admin.kubeconfig" {
+                "admin"
+            } else {
+                &user
+            },
+            &cert,
+            &key,
         )
-        .context("issuing the admin certificate")?;
-    capstan_pki::kubeconfig::write(
-        &kubeconfig,
-        "capstan",
-        &server_url,
-        pki.ca_cert_pem(),
-        "admin",
-        &cert,
-        &key,
-    )
-    .with_context(|| format!("writing {}", kubeconfig.display()))?;
+        .with_context(|| format!("writing {}", path.display()))?;
+    }
+    let kubeconfig = args.data_dir.join("admin.kubeconfig");
 
-    let auth = AuthChain {
-        authenticators: vec![Box::new(X509Authenticator)],
-        authorizers: vec![Box::new(MastersAuthorizer), Box::new(AllowAuthenticated)],
+    let pki = Arc::new(pki);
+    let access = capstan_apiserver::access::access(capstan_apiserver::access::AccessOptions {
+        key: pki.clone(),
+        token_file: args.token_auth_file.clone(),
+        jwks_uri: Some(format!(
+            "https://{}:{}/openid/v1/jwks",
+            bracket_v6(&advertise),
+            args.secure_port
+        )),
         allow_anonymous: args.anonymous_auth,
-    };
+        client_certs: Some(
+            pki.client_cert_check()
+                .context("building the client certificate check")?,
+        ),
+    })
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let (auth, enable) = access.into_parts();
     let addr = SocketAddr::new(args.bind_address, args.secure_port);
     let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| {
         format!(
@@ -131,12 +185,15 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         advertise_address: format!("{}:{}", bracket_v6(&advertise), args.secure_port),
         service_cidr: args.service_cluster_ip_range.clone(),
         node_port_range: parse_port_range(&args.service_node_port_range)?,
+        audit_log: args.audit_log_path.clone(),
     };
     let api = ApiServer::new(store, auth, config)
         .await
         .map_err(|e| anyhow::anyhow!(e))?;
+    enable.enable(&api).await;
+    capstan_apiserver::namespace_defaults::spawn(&api, pki.ca_cert_pem().to_string());
     let tls = pki
-        .server_tls_config(ClientAuth::Optional)
+        .server_tls_config(ClientAuth::Request)
         .context("building the TLS configuration")?;
     tracing::info!(%addr, kubeconfig = %kubeconfig.display(), "API server ready");
     eprintln!(
@@ -179,4 +236,13 @@ fn bracket_v6(host: &str) -> String {
     } else {
         host.to_string()
     }
+}
+
+/// This machine's name, lower-cased as a node name must be.
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_ascii_lowercase())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into())
 }

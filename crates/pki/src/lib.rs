@@ -244,10 +244,15 @@ pub enum ClientAuth {
     /// Never ask for a client certificate.
     None,
     /// Ask for one, verify it against the cluster CA if sent, but also let
-    /// clients without one connect (token and anonymous requests). This is
-    /// what the API server uses.
+    /// clients without one connect (token and anonymous requests).
     #[default]
     Optional,
+    /// Ask for one, but let every client connect: a certificate that does not
+    /// verify (another CA, expired) is left for the server to refuse per
+    /// request with [`ClientCertCheck`], as Kubernetes answers such clients
+    /// 401 rather than failing the handshake. The handshake still proves the
+    /// client holds the certificate's key. This is what the API server uses.
+    Request,
     /// A client certificate from the cluster CA is mandatory.
     Required,
 }
@@ -845,6 +850,13 @@ impl Pki {
             .map_err(|e| crypto("TLS versions", e))?;
         let builder = match client_auth {
             ClientAuth::None => builder.with_no_client_auth(),
+            ClientAuth::Request => {
+                let inner = WebPkiClientVerifier::builder_with_provider(self.ca_roots(), provider)
+                    .allow_unauthenticated()
+                    .build()
+                    .map_err(|e| crypto("client certificate verifier", e))?;
+                builder.with_client_cert_verifier(Arc::new(AcceptAnyClientCert { inner }))
+            }
             ClientAuth::Optional | ClientAuth::Required => {
                 let mut verifier =
                     WebPkiClientVerifier::builder_with_provider(self.ca_roots(), provider);
@@ -885,6 +897,16 @@ impl Pki {
             }
         };
         Ok(Arc::new(config))
+    }
+
+    /// The check of a client certificate chain against the cluster CA, for
+    /// connections accepted with [`ClientAuth::Request`].
+    pub fn client_cert_check(&self) -> Result<ClientCertCheck> {
+        let verifier =
+            WebPkiClientVerifier::builder_with_provider(self.ca_roots(), crypto_provider())
+                .build()
+                .map_err(|e| crypto("client certificate verifier", e))?;
+        Ok(ClientCertCheck { verifier })
     }
 
     fn ca_roots(&self) -> Arc<RootCertStore> {
@@ -997,4 +1019,79 @@ pub fn identity_from_cert(der: &[u8]) -> Option<(String, Vec<String>)> {
         .map(str::to_string)
         .collect();
     Some((user, groups))
+}
+
+/// Verifies client certificate chains against the cluster CA after the
+/// handshake (see [`ClientAuth::Request`]).
+#[derive(Debug, Clone)]
+pub struct ClientCertCheck {
+    verifier: Arc<dyn rustls::server::danger::ClientCertVerifier>,
+}
+
+impl ClientCertCheck {
+    /// The identity (CN, O values) of a chain (leaf first) issued by the
+    /// cluster CA and valid now, or why it is not acceptable.
+    pub fn identity(
+        &self,
+        chain: &[CertificateDer<'_>],
+    ) -> std::result::Result<(String, Vec<String>), String> {
+        let (leaf, intermediates) = chain.split_first().ok_or("no client certificate")?;
+        self.verifier
+            .verify_client_cert(leaf, intermediates, rustls::pki_types::UnixTime::now())
+            .map_err(|e| format!("verifying certificate: {e}"))?;
+        identity_from_cert(leaf.as_ref())
+            .ok_or_else(|| "the certificate has no subject".to_string())
+    }
+}
+
+/// Accepts any client certificate at the handshake (still checking the
+/// handshake signature made with its key); see [`ClientAuth::Request`].
+#[derive(Debug)]
+struct AcceptAnyClientCert {
+    inner: Arc<dyn rustls::server::danger::ClientCertVerifier>,
+}
+
+impl rustls::server::danger::ClientCertVerifier for AcceptAnyClientCert {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+
+    fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
+        self.inner.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: rustls::pki_types::UnixTime,
+    ) -> std::result::Result<rustls::server::danger::ClientCertVerified, rustls::Error> {
+        Ok(rustls::server::danger::ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> std::result::Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> std::result::Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
 }

@@ -7,6 +7,7 @@
 //! are not defaulting proper (a Namespace's `kubernetes` finalizer, a Job's generated selector,
 //! a Service keeping its allocated clusterIP).
 
+mod admissionregistration;
 mod core;
 mod other;
 mod pod;
@@ -29,6 +30,7 @@ pub fn apply(group: &str, kind: &str, obj: &mut Value) {
     match group {
         "" => core::apply(kind, m),
         "apps" | "batch" => workloads::apply(kind, m),
+        "admissionregistration.k8s.io" => admissionregistration::apply(kind, m),
         _ => other::apply(group, kind, &api_version, m),
     }
 }

@@ -311,3 +311,53 @@ fn conversions_of_write_only_and_singular_fields() {
     assert_eq!(pod["status"]["podIP"], "10.42.0.8");
     assert!(pod["status"].get("hostIPs").is_none());
 }
+
+#[test]
+fn webhook_configurations_get_kubernetes_defaults() {
+    let hook = json!({"name": "m.example.com", "sideEffects": "None", "admissionReviewVersions": ["v1"],
+        "clientConfig": {"service": {"namespace": "default", "name": "hook"}},
+        "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}]});
+    let m = defaulted(
+        "admissionregistration.k8s.io",
+        "MutatingWebhookConfiguration",
+        json!({"metadata": {"name": "m"}, "webhooks": [hook.clone()]}),
+    );
+    assert_eq!(
+        m["webhooks"][0],
+        json!({"name": "m.example.com", "sideEffects": "None", "admissionReviewVersions": ["v1"],
+            "clientConfig": {"service": {"namespace": "default", "name": "hook", "port": 443}},
+            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "scope": "*"}],
+            "failurePolicy": "Fail", "matchPolicy": "Equivalent", "namespaceSelector": {}, "objectSelector": {},
+            "timeoutSeconds": 10, "reinvocationPolicy": "Never"})
+    );
+    let v = defaulted(
+        "admissionregistration.k8s.io",
+        "ValidatingWebhookConfiguration",
+        json!({"metadata": {"name": "v"}, "webhooks": [hook]}),
+    );
+    assert!(v["webhooks"][0].get("reinvocationPolicy").is_none());
+    assert!(v["webhooks"][0].get("timeoutSeconds") == Some(&json!(10)));
+}
+
+#[test]
+fn admission_policies_get_kubernetes_defaults() {
+    let p = defaulted(
+        "admissionregistration.k8s.io",
+        "ValidatingAdmissionPolicy",
+        json!({"metadata": {"name": "p"}, "spec": {"matchConstraints": {"resourceRules": [
+            {"operations": ["CREATE"], "apiGroups": ["apps"], "apiVersions": ["v1"], "resources": ["deployments"]}]},
+            "validations": [{"expression": "object.spec.replicas <= 5"}]}}),
+    );
+    assert_eq!(p["spec"]["failurePolicy"], json!("Fail"));
+    assert_eq!(
+        p["spec"]["matchConstraints"],
+        json!({"matchPolicy": "Equivalent", "namespaceSelector": {}, "objectSelector": {}, "resourceRules": [
+            {"operations": ["CREATE"], "apiGroups": ["apps"], "apiVersions": ["v1"], "resources": ["deployments"], "scope": "*"}]})
+    );
+    let b = defaulted(
+        "admissionregistration.k8s.io",
+        "ValidatingAdmissionPolicyBinding",
+        json!({"metadata": {"name": "b"}, "spec": {"policyName": "p", "validationActions": ["Deny"]}}),
+    );
+    assert!(b["spec"].get("matchResources").is_none());
+}

@@ -770,6 +770,21 @@ fn the_table_records_kubernetes_patch_strategies() {
             Some(Strategy::Replace),
         ),
         (
+            "io.k8s.api.admissionregistration.v1.MutatingWebhookConfiguration",
+            "webhooks",
+            Some(Strategy::Merge("name")),
+        ),
+        (
+            "io.k8s.api.admissionregistration.v1.ValidatingWebhook",
+            "rules",
+            Some(Strategy::None),
+        ),
+        (
+            "io.k8s.api.admissionregistration.v1.ValidatingAdmissionPolicySpec",
+            "variables",
+            Some(Strategy::Merge("name")),
+        ),
+        (
             "io.k8s.api.storage.v1.CSINodeSpec",
             "drivers",
             Some(Strategy::Merge("name")),

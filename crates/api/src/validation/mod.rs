@@ -8,6 +8,7 @@
 // Kubernetes' validators read as one `if` per rule inside a switch; keep that shape.
 #![allow(clippy::collapsible_match)]
 
+mod admissionregistration;
 mod apps;
 mod batch;
 mod claims;
@@ -85,6 +86,10 @@ pub fn validate(group: &str, kind: &str, obj: &Value) -> Vec<FieldError> {
             meta::object_meta(&mut errs, md, namespaced, name_fn, "metadata");
             storage::validate(&mut errs, kind, obj);
         }
+        ("admissionregistration.k8s.io", _) => {
+            meta::object_meta(&mut errs, md, namespaced, name_fn, "metadata");
+            admissionregistration::validate(&mut errs, kind, obj, None);
+        }
         _ => {
             meta::object_meta(&mut errs, md, namespaced, name_fn, "metadata");
             other::validate(&mut errs, group, kind, obj);
@@ -106,6 +111,21 @@ pub fn validate_update(group: &str, kind: &str, new: &Value, old: &Value) -> Vec
     if (group, kind) == ("events.k8s.io", "Event") {
         // Kubernetes' ValidateEventUpdate: not the creation rules again.
         core::event_update_v1(&mut errs, new, old);
+        return errs;
+    }
+    if group == "admissionregistration.k8s.io" {
+        // Updates keep to the rules the stored object already met (webhook configurations
+        // written under older, laxer rules stay writable), not the creation rules.
+        let mut new_errs = Vec::new();
+        let md = new.get("metadata");
+        meta::object_meta(&mut new_errs, md, false, name_rule(group, kind), "metadata");
+        new_errs.retain(|e| e.field != "metadata.name" && e.field != "metadata.generateName");
+        admissionregistration::validate(&mut new_errs, kind, new, Some(old));
+        for e in new_errs {
+            if !errs.contains(&e) {
+                errs.push(e);
+            }
+        }
         return errs;
     }
     match group {

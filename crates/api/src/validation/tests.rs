@@ -275,6 +275,43 @@ fn valid_objects() -> Vec<(&'static str, &'static str, Value)> {
             "VolumeAttachment",
             json!({"metadata": {"name": "va"}, "spec": {"attacher": "csi.example.com", "nodeName": "node-1", "source": {"persistentVolumeName": "pv-1"}}}),
         ),
+        (
+            "admissionregistration.k8s.io",
+            "MutatingWebhookConfiguration",
+            json!({"metadata": {"name": "sidecar"}, "webhooks": [{"name": "sidecar.example.com", "sideEffects": "None",
+                "admissionReviewVersions": ["v1", "v1beta1"], "reinvocationPolicy": "IfNeeded",
+                "clientConfig": {"service": {"namespace": "hooks", "name": "sidecar", "path": "/mutate"}, "caBundle": "Y2E="},
+                "rules": [{"operations": ["CREATE", "UPDATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods", "pods/status"], "scope": "Namespaced"}],
+                "namespaceSelector": {"matchExpressions": [{"key": "sidecar", "operator": "NotIn", "values": ["off"]}]},
+                "matchConditions": [{"name": "not-system", "expression": "!request.userInfo.username.startsWith('system:')"}]}]}),
+        ),
+        (
+            "admissionregistration.k8s.io",
+            "ValidatingAdmissionPolicy",
+            json!({"metadata": {"name": "replicas"}, "spec": {"paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
+                "matchConstraints": {"resourceRules": [{"operations": ["CREATE", "UPDATE"], "apiGroups": ["apps"], "apiVersions": ["v1"], "resources": ["deployments"]}]},
+                "variables": [{"name": "limit", "expression": "int(params.data.max)"}],
+                "validations": [{"expression": "object.spec.replicas <= variables.limit", "message": "too many replicas", "reason": "Invalid"}],
+                "auditAnnotations": [{"key": "high-replicas", "valueExpression": "string(object.spec.replicas)"}]}}),
+        ),
+        (
+            "admissionregistration.k8s.io",
+            "ValidatingAdmissionPolicyBinding",
+            json!({"metadata": {"name": "replicas"}, "spec": {"policyName": "replicas", "validationActions": ["Deny", "Audit"],
+                "paramRef": {"name": "limits", "namespace": "default", "parameterNotFoundAction": "Deny"},
+                "matchResources": {"namespaceSelector": {"matchLabels": {"env": "prod"}}}}}),
+        ),
+        (
+            "admissionregistration.k8s.io",
+            "ValidatingWebhookConfiguration",
+            json!({"metadata": {"name": "policy"}, "webhooks": [
+                {"name": "deny.policy.example.com", "sideEffects": "NoneOnDryRun", "admissionReviewVersions": ["v1"],
+                    "clientConfig": {"url": "https://policy.example.com:8443/validate"}, "timeoutSeconds": 5, "failurePolicy": "Ignore",
+                    "rules": [{"operations": ["*"], "apiGroups": ["*"], "apiVersions": ["*"], "resources": ["*/*"]}]},
+                {"name": "cm.policy.example.com", "sideEffects": "None", "admissionReviewVersions": ["v1"], "matchPolicy": "Exact",
+                    "clientConfig": {"url": "https://10.0.0.1/v"},
+                    "rules": [{"operations": ["DELETE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps", "*/scale", "pods/*"], "scope": "Cluster"}]}]}),
+        ),
     ]
 }
 
@@ -487,3 +524,112 @@ fn metadata_rules() {
 }
 
 const TOTAL_ANNOTATION_SIZE_LIMIT_FOR_TEST: usize = meta::TOTAL_ANNOTATION_SIZE_LIMIT;
+
+/// A webhook configuration with one webhook whose fields are overridden by `hook`.
+fn webhook_config(kind: &str, hook: Value) -> Value {
+    let mut h = json!({"name": "a.example.com", "sideEffects": "None", "admissionReviewVersions": ["v1"],
+        "clientConfig": {"url": "https://hook.example.com/a"},
+        "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"]}]});
+    for (k, v) in hook.as_object().expect("object") {
+        if v.is_null() {
+            h.as_object_mut().expect("object").remove(k);
+        } else {
+            h[k] = v.clone();
+        }
+    }
+    json!({"kind": kind, "metadata": {"name": "hooks"}, "webhooks": [h]})
+}
+
+#[test]
+fn webhook_configurations_have_kubernetes_messages() {
+    let g = "admissionregistration.k8s.io";
+    let m = "MutatingWebhookConfiguration";
+    let v = "ValidatingWebhookConfiguration";
+    let cases: Vec<(&str, Value, &str)> = vec![
+        (v, json!({"name": "short.name"}), "webhooks[0].name: Invalid value: \"short.name\": should be a domain with at least three segments separated by dots"),
+        (v, json!({"name": null}), "webhooks[0].name: Required value"),
+        (v, json!({"admissionReviewVersions": null}), "webhooks[0].admissionReviewVersions: Required value: must specify one of v1, v1beta1"),
+        (v, json!({"admissionReviewVersions": ["v2"]}), "webhooks[0].admissionReviewVersions: Invalid value: []string{\"v2\"}: must include at least one of v1, v1beta1"),
+        (v, json!({"sideEffects": null}), "webhooks[0].sideEffects: Required value: must specify one of None, NoneOnDryRun"),
+        (v, json!({"sideEffects": "Some"}), "webhooks[0].sideEffects: Unsupported value: \"Some\": supported values: \"None\", \"NoneOnDryRun\""),
+        (v, json!({"clientConfig": {}}), "webhooks[0].clientConfig: Required value: exactly one of url or service is required"),
+        (v, json!({"clientConfig": {"url": "http://hook.example.com"}}), "webhooks[0].clientConfig.url: Invalid value: \"http\": 'https' is the only allowed URL scheme; desired format: https://host[/path]"),
+        (v, json!({"clientConfig": {"url": "https://u:p@hook.example.com"}}), "webhooks[0].clientConfig.url: Invalid value: \"u:p\": user information is not permitted in the URL"),
+        (v, json!({"clientConfig": {"url": "https://hook.example.com/a?x=1"}}), "webhooks[0].clientConfig.url: Invalid value: \"x=1\": query parameters are not permitted in the URL"),
+        (v, json!({"clientConfig": {"url": "https://hook.example.com/a#top"}}), "webhooks[0].clientConfig.url: Invalid value: \"top\": fragments are not permitted in the URL"),
+        (v, json!({"clientConfig": {"service": {"namespace": "ns", "name": "svc", "path": "/a//b"}}}), "webhooks[0].clientConfig.service.path: Invalid value: \"/a//b\": segment[1] may not be empty"),
+        (v, json!({"clientConfig": {"service": {"namespace": "ns", "name": "svc", "port": 70000}}}), "webhooks[0].clientConfig.service.port: Invalid value: 70000: port is not valid: must be between 1 and 65535, inclusive"),
+        (v, json!({"timeoutSeconds": 31}), "webhooks[0].timeoutSeconds: Invalid value: 31: the timeout value must be between 1 and 30 seconds"),
+        (v, json!({"failurePolicy": "Maybe"}), "webhooks[0].failurePolicy: Unsupported value: \"Maybe\": supported values: \"Fail\", \"Ignore\""),
+        (v, json!({"matchPolicy": "Loose"}), "webhooks[0].matchPolicy: Unsupported value: \"Loose\": supported values: \"Equivalent\", \"Exact\""),
+        (m, json!({"reinvocationPolicy": "Always"}), "webhooks[0].reinvocationPolicy: Unsupported value: \"Always\": supported values: \"IfNeeded\", \"Never\""),
+        (v, json!({"rules": [{"operations": [], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}]}), "webhooks[0].rules[0].operations: Required value"),
+        (v, json!({"rules": [{"operations": ["*", "CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}]}), "webhooks[0].rules[0].operations: Invalid value: []admissionregistration.OperationType{\"*\", \"CREATE\"}: if '*' is present, must not specify other operations"),
+        (v, json!({"rules": [{"operations": ["PATCH"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}]}), "webhooks[0].rules[0].operations[0]: Unsupported value: \"PATCH\": supported values: \"*\", \"CONNECT\", \"CREATE\", \"DELETE\", \"UPDATE\""),
+        (v, json!({"rules": [{"operations": ["CREATE"], "apiGroups": ["*", "apps"], "apiVersions": ["v1"], "resources": ["pods"]}]}), "webhooks[0].rules[0].apiGroups: Invalid value: []string{\"*\", \"apps\"}: if '*' is present, must not specify other API groups"),
+        (v, json!({"rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["*", "pods"]}]}), "webhooks[0].rules[0].resources: Invalid value: []string{\"*\", \"pods\"}: if '*' is present, must not specify other resources without subresources"),
+        (v, json!({"rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods/*", "pods/status"]}]}), "webhooks[0].rules[0].resources[1]: Invalid value: \"pods/status\": if 'pods/*' is present, must not specify pods/status"),
+        (v, json!({"rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "scope": "Global"}]}), "webhooks[0].rules[0].scope: Unsupported value: \"Global\": supported values: \"*\", \"Cluster\", \"Namespaced\""),
+        (v, json!({"matchConditions": [{"name": "x", "expression": " "}]}), "webhooks[0].matchConditions[0].expression: Required value"),
+    ];
+    for (kind, hook, want) in cases {
+        let got = check(g, kind, webhook_config(kind, hook.clone()));
+        assert!(got.contains(&want.to_string()), "{hook}: {got:?}");
+    }
+    let mut dup = webhook_config(v, json!({}));
+    let first = dup["webhooks"][0].clone();
+    dup["webhooks"].as_array_mut().expect("array").push(first);
+    assert_eq!(
+        check(g, v, dup),
+        vec!["webhooks[1].name: Duplicate value: \"a.example.com\"".to_string()]
+    );
+}
+
+#[test]
+fn webhook_updates_keep_to_the_rules_the_stored_object_met() {
+    let g = "admissionregistration.k8s.io";
+    let v = "ValidatingWebhookConfiguration";
+    let mut old = webhook_config(v, json!({"sideEffects": "Unknown"}));
+    old["metadata"]["resourceVersion"] = json!("1");
+    let mut new = old.clone();
+    new["webhooks"][0]["timeoutSeconds"] = json!(5);
+    assert_eq!(check_update(g, v, old.clone(), new), Vec::<String>::new());
+    let strict = webhook_config(v, json!({}));
+    let mut loosened = strict.clone();
+    loosened["webhooks"][0]["sideEffects"] = json!("Some");
+    assert_eq!(
+        check_update(g, v, strict, loosened),
+        vec!["webhooks[0].sideEffects: Unsupported value: \"Some\": supported values: \"None\", \"NoneOnDryRun\"".to_string()]
+    );
+}
+
+#[test]
+fn admission_policies_have_kubernetes_messages() {
+    let g = "admissionregistration.k8s.io";
+    let cases: Vec<(&str, Value, &str)> = vec![
+        ("ValidatingAdmissionPolicy", json!({"metadata": {"name": "p"}, "spec": {"validations": [{"expression": "true"}]}}),
+            "spec.matchConstraints: Required value"),
+        ("ValidatingAdmissionPolicy", json!({"metadata": {"name": "p"}, "spec": {"matchConstraints": {}, "validations": [{"expression": "true"}]}}),
+            "spec.matchConstraints.resourceRules: Required value"),
+        ("ValidatingAdmissionPolicy", json!({"metadata": {"name": "p"}, "spec": {"matchConstraints": {"resourceRules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}]}}}),
+            "spec.validations: Required value: validations or auditAnnotations must contain at least one item"),
+        ("ValidatingAdmissionPolicy", json!({"metadata": {"name": "p"}, "spec": {"paramKind": {"apiVersion": "v1"}, "matchConstraints": {"resourceRules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}]}, "validations": [{"expression": "true", "reason": "Teapot"}]}}),
+            "spec.validations[0].reason: Unsupported value: \"Teapot\": supported values: \"Forbidden\", \"Invalid\", \"RequestEntityTooLarge\""),
+        ("ValidatingAdmissionPolicy", json!({"metadata": {"name": "p"}, "spec": {"paramKind": {"apiVersion": "v1"}, "matchConstraints": {"resourceRules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}]}, "validations": [{"expression": "true"}]}}),
+            "spec.paramKind.kind: Required value"),
+        ("ValidatingAdmissionPolicyBinding", json!({"metadata": {"name": "b"}, "spec": {"validationActions": ["Deny"]}}),
+            "spec.policyName: Required value"),
+        ("ValidatingAdmissionPolicyBinding", json!({"metadata": {"name": "b"}, "spec": {"policyName": "p", "validationActions": ["Deny", "Warn"]}}),
+            "spec.validationActions: Invalid value: []admissionregistration.ValidationAction{\"Deny\", \"Warn\"}: must not contain both Deny and Warn (repeating the same validation failure information in the API response and headers serves no purpose)"),
+        ("ValidatingAdmissionPolicyBinding", json!({"metadata": {"name": "b"}, "spec": {"policyName": "p"}}),
+            "spec.validationActions: Required value: at least one validation action is required"),
+        ("ValidatingAdmissionPolicyBinding", json!({"metadata": {"name": "b"}, "spec": {"policyName": "p", "validationActions": ["Deny"], "paramRef": {"parameterNotFoundAction": "Deny"}}}),
+            "spec.paramRef: Required value: one of name or selector must be specified"),
+        ("ValidatingAdmissionPolicyBinding", json!({"metadata": {"name": "b"}, "spec": {"policyName": "p", "validationActions": ["Deny"], "matchResources": {"matchPolicy": "Loose"}}}),
+            "spec.matchResouces.matchPolicy: Unsupported value: \"Loose\": supported values: \"Equivalent\", \"Exact\""),
+    ];
+    for (kind, obj, want) in cases {
+        let got = check(g, kind, obj.clone());
+        assert!(got.contains(&want.to_string()), "{obj}: {got:?}");
+    }
+}

@@ -3,6 +3,18 @@
 //! admission chain). Plugins run inside the registry's read-modify-write loop, so on update
 //! they see the object as it is about to replace the stored one.
 
+pub mod builtin;
+pub mod limitranger;
+pub mod noderestriction;
+pub mod podsecurity;
+pub mod priority;
+pub mod resourcequota;
+pub mod serviceaccount;
+pub mod taints;
+#[cfg(test)]
+mod tests;
+pub mod tolerations;
+
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -12,6 +24,8 @@ use serde_json::Value;
 use crate::auth::User;
 use crate::error::ApiResult;
 use crate::objects::Objects;
+
+pub mod webhook;
 
 /// What a write does, as admission names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

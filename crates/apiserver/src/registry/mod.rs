@@ -183,12 +183,11 @@ impl Registry {
     /// Mutation happens in place; `Ok` means every plugin accepted.
     async fn admit(
         &self,
-        user: Option<&Arc<User>>,
+        (user, dry_run): (Option<&Arc<User>>, bool),
         operation: Operation,
         subresource: &str,
         obj: Option<&mut Value>,
         old: Option<&Value>,
-        dry_run: bool,
         validate: impl FnOnce(&Value) -> Vec<FieldError>,
     ) -> ApiResult<()> {
         let (Some(user), Some(adm)) = (user, self.admission.get()) else {
@@ -389,12 +388,11 @@ impl Registry {
             }
             self.prepare_create(&mut obj);
             self.admit(
-                opts.user.as_ref(),
+                (opts.user.as_ref(), opts.dry_run),
                 Operation::Create,
                 "",
                 Some(&mut obj),
                 None,
-                opts.dry_run,
                 |o| self.validate_new(o),
             )
             .await?;
@@ -409,7 +407,12 @@ impl Registry {
                 .create(self.key(ns, &name).as_bytes(), stored.clone(), 0)
                 .await
             {
-                Ok(rev) => return Ok(Written::new(obj, &stored, rev)),
+                Ok(rev) => {
+                    let w = Written::new(obj, &stored, rev);
+                    self.cache
+                        .prepare(&self.key(ns, &name), &w.value, w.json.clone(), rev);
+                    return Ok(w);
+                }
                 Err(StoreError::AlreadyExists { .. }) if generate && attempt < 8 => {
                     self.strategy.release(&obj);
                     continue;
@@ -517,12 +520,11 @@ impl Registry {
             // that forbid changing a pod's spec (and admission saw the Binding itself).
             if subresource != "binding" {
                 self.admit(
-                    opts.user.as_ref(),
+                    (opts.user.as_ref(), opts.dry_run),
                     Operation::Update,
                     subresource,
                     Some(&mut next),
                     Some(&old),
-                    opts.dry_run,
                     |n| self.validate_changed(n, &old),
                 )
                 .await?;
@@ -558,7 +560,11 @@ impl Registry {
                 .update(key.as_bytes(), stored.clone(), kv.mod_revision, 0)
                 .await
             {
-                Ok(rev) => return Ok(self.present(Written::new(next, &stored, rev))),
+                Ok(rev) => {
+                    let w = Written::new(next, &stored, rev);
+                    self.cache.prepare(&key, &w.value, w.json.clone(), rev);
+                    return Ok(self.present(w));
+                }
                 Err(StoreError::Conflict { .. }) if wanted_rv.is_empty() => continue,
                 Err(e) => return Err(ApiError::from_store(e, self.info, name)),
             }
@@ -637,12 +643,11 @@ impl Registry {
             let old = codec::decode_stored(&kv.value, kv.mod_revision)?;
             self.check_preconditions(&old, name, opts)?;
             self.admit(
-                opts.user.as_ref(),
+                (opts.user.as_ref(), opts.dry_run),
                 Operation::Delete,
                 "",
                 None,
                 Some(&old),
-                opts.dry_run,
                 |_| Vec::new(),
             )
             .await?;

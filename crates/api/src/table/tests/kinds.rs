@@ -325,3 +325,73 @@ fn networking_kinds() {
         json!("<none>")
     );
 }
+
+#[test]
+fn admission_configuration_kinds() {
+    let g = "admissionregistration.k8s.io";
+    for kind in [
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+    ] {
+        assert_eq!(names(g, kind), ["Name", "Webhooks", "Age"]);
+        let obj = json!({"metadata": {"name": "hooks", "creationTimestamp": ago(2 * DAY)},
+            "webhooks": [{"name": "a.example.com"}, {"name": "b.example.com"}]});
+        assert_eq!(
+            cells(g, kind, &obj),
+            vec![json!("hooks"), json!(2), json!("2d")]
+        );
+    }
+    assert_eq!(
+        names(g, "ValidatingAdmissionPolicy"),
+        ["Name", "Validations", "ParamKind", "Age"]
+    );
+    let policy = json!({"metadata": {"name": "replicas", "creationTimestamp": ago(90)},
+        "spec": {"paramKind": {"apiVersion": "v1", "kind": "ConfigMap"}, "validations": [{"expression": "true"}]}});
+    assert_eq!(
+        cells(g, "ValidatingAdmissionPolicy", &policy),
+        vec![
+            json!("replicas"),
+            json!(1),
+            json!("v1/ConfigMap"),
+            json!("90s")
+        ]
+    );
+    let unset = json!({"metadata": {"name": "p"}, "spec": {}});
+    assert_eq!(
+        cells(g, "ValidatingAdmissionPolicy", &unset)[1..3],
+        [json!(0), json!("<unset>")]
+    );
+    assert_eq!(
+        names(g, "ValidatingAdmissionPolicyBinding"),
+        ["Name", "PolicyName", "ParamRef", "Age"]
+    );
+    let binding = |param: serde_json::Value| json!({"metadata": {"name": "b"}, "spec": {"policyName": "replicas", "paramRef": param}});
+    assert_eq!(
+        cells(
+            g,
+            "ValidatingAdmissionPolicyBinding",
+            &binding(json!({"name": "limits", "namespace": "default"}))
+        )[1..3],
+        [json!("replicas"), json!("default/limits")]
+    );
+    assert_eq!(
+        cells(
+            g,
+            "ValidatingAdmissionPolicyBinding",
+            &binding(json!({"name": "limits"}))
+        )[2],
+        json!("*/limits")
+    );
+    assert_eq!(
+        cells(g, "ValidatingAdmissionPolicyBinding", &binding(json!({"selector": {"matchLabels": {"env": "prod"}}})))[2],
+        json!("&LabelSelector{MatchLabels:map[string]string{env: prod,},MatchExpressions:[]LabelSelectorRequirement{},}")
+    );
+    assert_eq!(
+        cells(
+            g,
+            "ValidatingAdmissionPolicyBinding",
+            &json!({"metadata": {"name": "b"}, "spec": {"policyName": "p"}})
+        )[2],
+        json!("<unset>")
+    );
+}
