@@ -23,6 +23,12 @@ pub trait Objects: Send + Sync {
     /// The pods bound to `node` (indexed: cheap).
     fn pods_on_node(&self, node: &str) -> Vec<Value>;
 
+    /// The resourceVersion of one object as cached, without reading it (cheap); None when
+    /// absent or unknown. Lets callers remember what a decision depended on.
+    fn revision(&self, _group: &str, _resource: &str, _ns: &str, _name: &str) -> Option<i64> {
+        None
+    }
+
     /// Read-modify-write of one object through its registry, retried on conflict: `change`
     /// maps the current object (read from the store, not the cache) to the next one. Writes
     /// to `subresource` (e.g. `"status"`) when not empty. Returns the object as written, or
@@ -61,6 +67,15 @@ impl MemoryObjects {
 
 #[async_trait]
 impl Objects for MemoryObjects {
+    /// A stand-in revision that changes whenever the object does: a hash of its content.
+    fn revision(&self, group: &str, resource: &str, ns: &str, name: &str) -> Option<i64> {
+        use std::hash::{Hash, Hasher};
+        let o = self.get(group, resource, ns, name)?;
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        o.to_string().hash(&mut h);
+        Some(h.finish() as i64)
+    }
+
     fn get(&self, group: &str, resource: &str, ns: &str, name: &str) -> Option<Value> {
         self.items
             .read()
@@ -160,6 +175,10 @@ impl LateObjects {
 
 #[async_trait]
 impl Objects for LateObjects {
+    fn revision(&self, group: &str, resource: &str, ns: &str, name: &str) -> Option<i64> {
+        self.target()?.revision(group, resource, ns, name)
+    }
+
     fn get(&self, group: &str, resource: &str, ns: &str, name: &str) -> Option<Value> {
         self.target()?.get(group, resource, ns, name)
     }

@@ -28,6 +28,15 @@ impl ApiServer {
 
 #[async_trait]
 impl Objects for ApiServer {
+    fn revision(&self, group: &str, resource: &str, ns: &str, name: &str) -> Option<i64> {
+        Some(
+            self.storage_registry(group, resource)?
+                .cache
+                .get(ns, name)?
+                .rev,
+        )
+    }
+
     fn get(&self, group: &str, resource: &str, ns: &str, name: &str) -> Option<Value> {
         let reg = self.storage_registry(group, resource)?;
         let obj = reg.cache.get(ns, name)?;

@@ -4,6 +4,7 @@
 //! can run it in-process and check its measurements without spawning the binary.
 
 pub mod api;
+pub mod auth;
 mod duration;
 mod latency;
 pub mod report;
@@ -26,6 +27,9 @@ pub enum BenchCommand {
     /// Any Kubernetes API server through its API: creates, verbs, big lists, many watches,
     /// memory.
     Api(api::ApiArgs),
+    /// What authentication and authorization add to each request (in process, with many RBAC
+    /// bindings).
+    Auth(auth::AuthArgs),
 }
 
 /// Run a benchmark subcommand, printing its measurements to stdout.
@@ -33,5 +37,6 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     match args.command {
         BenchCommand::Store(args) => store::run(args).await,
         BenchCommand::Api(args) => api::run(args).await,
+        BenchCommand::Auth(args) => auth::run(args).await,
     }
 }

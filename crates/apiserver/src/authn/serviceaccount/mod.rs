@@ -3,6 +3,7 @@
 //! or node; [`claims`]) or legacy (stored in a `kubernetes.io/service-account-token` Secret;
 //! [`legacy`]). Also the `TokenRequest` subresource and the OIDC discovery documents.
 
+mod cache;
 pub mod claims;
 pub mod legacy;
 pub mod openid;
@@ -73,6 +74,8 @@ pub struct ServiceAccountTokens {
     max_expiration_seconds: i64,
     /// `--service-account-jwks-uri`.
     jwks_uri: Option<String>,
+    /// Bound tokens recently found good, so that their signatures are not verified again.
+    verified: cache::Verified,
 }
 
 impl ServiceAccountTokens {
@@ -104,6 +107,7 @@ impl ServiceAccountTokens {
             extend_expiration: true,
             max_expiration_seconds: 0,
             jwks_uri: None,
+            verified: cache::Verified::default(),
         }
     }
 
@@ -207,6 +211,13 @@ impl ServiceAccountTokens {
         issuer: &str,
         audiences: &[String],
     ) -> Result<TokenResponse, String> {
+        let now = self.now();
+        let asked = audiences.join("\n");
+        if issuer != LEGACY_ISSUER {
+            if let Some(hit) = self.verified.lookup(token, &asked, &*self.objects, now) {
+                return Ok(hit);
+            }
+        }
         let claims = jwt::decode(token, self.key()).map_err(|e| e.to_string())?;
         let public = StandardClaims::parse(&claims)?;
         if public.iss != issuer {
@@ -231,15 +242,28 @@ impl ServiceAccountTokens {
                 go_quoted_list(requested)
             ));
         }
-        let info = if issuer == LEGACY_ISSUER {
-            legacy::validate(&self.objects, token, &public, &claims, self.now())?
-        } else {
-            claims::validate(&*self.objects, &public, &claims, self.now())?
-        };
-        Ok(TokenResponse {
+        if issuer == LEGACY_ISSUER {
+            let info = legacy::validate(&self.objects, token, &public, &claims, now)?;
+            return Ok(TokenResponse {
+                user: info.user(),
+                audiences,
+            });
+        }
+        let recording = cache::Recording::new(&*self.objects);
+        let info = claims::validate(&recording, &public, &claims, now)?;
+        let response = TokenResponse {
             user: info.user(),
             audiences,
-        })
+        };
+        self.verified.remember(
+            token,
+            asked,
+            &response,
+            public.exp,
+            recording.depends_on(),
+            now,
+        );
+        Ok(response)
     }
 }
 
