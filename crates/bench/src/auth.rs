@@ -65,7 +65,7 @@ pub async fn measure(bindings: usize, duration: Duration) -> Result<Vec<AuthMeas
     let dir = tempfile::tempdir()?;
     let pki = capstan_pki::Pki::load_or_create(&dir.path().join("pki"), Default::default())
         .map_err(|e| anyhow!("{e}"))?;
-    let store = capstan_store::embedded::EmbeddedStore::open(&dir.path().join("store"))
+    let store = capstan_store::embedded::EmbeddedStore::open(dir.path().join("store"))
         .context("opening the store")?;
     let parts = access(AccessOptions {
         key: Arc::new(pki),
