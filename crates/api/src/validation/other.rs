@@ -253,27 +253,11 @@ const USAGES: &[&str] = &[
     "timestamping",
 ];
 
+/// A `[]byte` field as Go's `encoding/json` reads it (standard base64; line breaks ignored).
 fn base64_decode(s: &str) -> Option<Vec<u8>> {
-    let mut out = Vec::with_capacity(s.len() * 3 / 4);
-    let (mut buf, mut bits) = (0u32, 0);
-    for c in s.bytes() {
-        let v = match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            b'=' | b'\n' | b'\r' => continue,
-            _ => return None,
-        };
-        buf = (buf << 6) | v as u32;
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((buf >> bits) as u8);
-        }
-    }
-    Some(out)
+    use base64::Engine as _;
+    let s: String = s.chars().filter(|c| !matches!(c, '\n' | '\r')).collect();
+    base64::engine::general_purpose::STANDARD.decode(s).ok()
 }
 
 fn csr(errs: &mut Errs, spec: &Value) {
