@@ -7,7 +7,6 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bytes::Bytes;
 use capstan_api::meta;
 use http::Response;
 use serde_json::Value;
@@ -97,27 +96,23 @@ impl Feed {
     }
 
     /// Apply events until a watch ends (Some) or the server is gone (None).
-    async fn follow(&mut self, weak: &Weak<ApiServer>, rbac: &Rbac, subs: Subs) -> Option<()> {
-        let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
-        let mut tasks = Vec::new();
-        for (resource, mut sub) in subs {
-            let tx = tx.clone();
-            tasks.push(tokio::spawn(async move {
-                while let Some(item) = sub.rx.recv().await {
-                    if tx.send((resource, Some(item))).await.is_err() {
-                        return;
+    async fn follow(&mut self, weak: &Weak<ApiServer>, rbac: &Rbac, mut subs: Subs) -> Option<()> {
+        loop {
+            // The next event of any of the four watches; None when one closed (start over).
+            let next = std::future::poll_fn(|cx| {
+                for (resource, sub) in subs.iter_mut() {
+                    match sub.rx.poll_recv(cx) {
+                        std::task::Poll::Ready(item) => {
+                            return std::task::Poll::Ready(item.map(|i| (*resource, i)))
+                        }
+                        std::task::Poll::Pending => {}
                     }
                 }
-                let _ = tx.send((resource, None)).await;
-            }));
-        }
-        drop(tx);
-        let result = loop {
-            let Some((resource, item)) = rx.recv().await else {
-                break Some(());
-            };
-            let Some(item) = item else {
-                break Some(()); // a watch closed: start over
+                std::task::Poll::Pending
+            })
+            .await;
+            let Some((resource, item)) = next else {
+                return Some(());
             };
             let o = &item.event.obj;
             let key = (o.namespace.clone(), o.name.clone());
@@ -133,11 +128,7 @@ impl Feed {
                 let server = weak.upgrade()?;
                 aggregate_now(&server).await;
             }
-        };
-        for t in tasks {
-            t.abort();
         }
-        result
     }
 }
 
@@ -315,18 +306,6 @@ pub fn review(
         _ => return Err(ApiError::not_found_path()),
     };
     Ok(value_response(201, &answer))
-}
-
-/// The body of a request as JSON (for reviews, which are not stored).
-pub fn json_body(content_type: &str, body: &Bytes) -> ApiResult<Value> {
-    let kind = crate::codec::body_type(content_type)?;
-    let v = crate::codec::decode_body(body, kind)?;
-    if !v.is_object() {
-        return Err(ApiError::bad_request(
-            "the body of the request is not a JSON object",
-        ));
-    }
-    Ok(v)
 }
 
 /// How a server authenticates and authorizes, as `capstan server` sets it up.

@@ -145,7 +145,7 @@ impl Call<'_> {
     }
 
     /// The body as a JSON object.
-    fn object_body(&self) -> ApiResult<Value> {
+    pub(crate) fn object_body(&self) -> ApiResult<Value> {
         let kind = codec::body_type(self.header("content-type"))?;
         let v = codec::decode_body(&self.body, kind)?;
         if !v.is_object() {

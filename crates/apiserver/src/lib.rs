@@ -388,11 +388,7 @@ impl ApiServer {
                 "authorization.k8s.io" | "authentication.k8s.io"
             )
         {
-            let ct = headers
-                .get(http::header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("");
-            let body = access::json_body(ct, &call.body)?;
+            let body = call.object_body()?;
             if info.resource == "tokenreviews" {
                 let tokens = self.auth.tokens.clone().unwrap_or_default();
                 let answer = authn::token_review(&body, &tokens, tokens.api_audiences())?;
@@ -497,12 +493,7 @@ impl ApiServer {
             .registry("", "v1", "serviceaccounts")
             .ok_or_else(|| ApiError::internal("no service account registry"))?;
         let sa = reg.get(&call.info.namespace, &call.info.name).await?;
-        let ct = call
-            .headers
-            .get(http::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("");
-        let body = access::json_body(ct, &call.body)?;
+        let body = call.object_body()?;
         let answer = tokens.token_request(
             &call.info.namespace,
             &sa.value,

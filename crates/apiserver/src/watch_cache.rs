@@ -477,12 +477,26 @@ impl WatchCache {
     /// The cached objects that pass `filter`, sorted by key, with the cache's revision.
     pub fn list(&self, filter: &Filter) -> (Vec<Arc<CachedObject>>, i64) {
         let inner = self.inner.read();
-        let items = inner
-            .objects
-            .values()
-            .filter(|o| filter.matches(o))
-            .cloned()
-            .collect();
+        let items = match filter.namespace.as_deref().filter(|_| self.info.namespaced) {
+            // One namespace's objects are one range of keys.
+            Some(ns) => {
+                let start = format!("{}{ns}/", self.prefix);
+                inner
+                    .objects
+                    .range(start.clone()..)
+                    .take_while(|(k, _)| k.starts_with(&start))
+                    .map(|(_, o)| o)
+                    .filter(|o| filter.matches(o))
+                    .cloned()
+                    .collect()
+            }
+            None => inner
+                .objects
+                .values()
+                .filter(|o| filter.matches(o))
+                .cloned()
+                .collect(),
+        };
         (items, inner.rev)
     }
 
@@ -637,11 +651,15 @@ mod tests {
     use capstan_store::{Event, KeyValue, WatchResponse};
 
     fn put(cache: &WatchCache, name: &str, rev: i64) {
+        put_in(cache, "default", name, rev)
+    }
+
+    fn put_in(cache: &WatchCache, ns: &str, name: &str, rev: i64) {
         let obj = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": name, "namespace": "default", "labels": {"n": name}}});
+            "metadata": {"name": name, "namespace": ns, "labels": {"n": name}}});
         let stored = crate::codec::encode_for_store(&obj);
         let kv = KeyValue {
-            key: Bytes::from(format!("/registry/configmaps/default/{name}")),
+            key: Bytes::from(format!("/registry/configmaps/{ns}/{name}")),
             value: stored,
             create_revision: rev,
             mod_revision: rev,
@@ -661,6 +679,22 @@ mod tests {
     fn cache() -> Arc<WatchCache> {
         let info = capstan_api::catalogue::find("", "v1", "configmaps").unwrap();
         WatchCache::new(info, "/registry/configmaps/".into())
+    }
+
+    #[test]
+    fn a_namespace_list_reads_only_that_namespace() {
+        let c = cache();
+        for (rev, (ns, name)) in [("team", "a"), ("team2", "b"), ("tea", "c"), ("team", "d")]
+            .into_iter()
+            .enumerate()
+        {
+            put_in(&c, ns, name, rev as i64 + 1);
+        }
+        let mut f = Filter::everything();
+        f.namespace = Some("team".into());
+        let names: Vec<String> = c.list(&f).0.iter().map(|o| o.name.clone()).collect();
+        assert_eq!(names, ["a", "d"]);
+        assert_eq!(c.list(&Filter::everything()).0.len(), 4);
     }
 
     #[test]
