@@ -311,35 +311,42 @@ fn is_windows(pod: &Value) -> bool {
     str_at(pod, "/spec/os/name") == "windows"
 }
 
-fn app_armor(pod: &Value, _: u32) -> Option<Violation> {
-    const PREFIX: &str = "container.apparmor.security.beta.kubernetes.io/";
-    let allowed_type = |t: &str| matches!(t, "RuntimeDefault" | "Localhost");
+/// Who sets `securityContext.<profile>.type` to a value `allowed` refuses ("pod", then the
+/// containers phrase), and those values.
+fn profile_types(
+    pod: &Value,
+    profile: &str,
+    allowed: impl Fn(&str) -> bool,
+) -> (Vec<String>, BTreeSet<String>) {
     let mut setters = Vec::new();
     let mut values = BTreeSet::new();
-    if let Some(t) = pod
-        .pointer("/spec/securityContext/appArmorProfile/type")
-        .and_then(Value::as_str)
-    {
-        if !allowed_type(t) {
-            setters.push("pod".to_string());
-            values.insert(t.to_string());
-        }
+    let type_at = |v: &Value, base: &str| {
+        v.pointer(&format!("{base}/securityContext/{profile}/type"))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    if let Some(t) = type_at(pod, "/spec").filter(|t| !allowed(t)) {
+        setters.push("pod".to_string());
+        values.insert(t);
     }
     let mut bad = Vec::new();
     for c in containers(pod) {
-        if let Some(t) = c
-            .pointer("/securityContext/appArmorProfile/type")
-            .and_then(Value::as_str)
-        {
-            if !allowed_type(t) {
-                bad.push(name(c));
-                values.insert(t.to_string());
-            }
+        if let Some(t) = type_at(c, "").filter(|t| !allowed(t)) {
+            bad.push(name(c));
+            values.insert(t);
         }
     }
     if !bad.is_empty() {
         setters.push(containers_phrase(&bad));
     }
+    (setters, values)
+}
+
+fn app_armor(pod: &Value, _: u32) -> Option<Violation> {
+    const PREFIX: &str = "container.apparmor.security.beta.kubernetes.io/";
+    let (mut setters, values) = profile_types(pod, "appArmorProfile", |t| {
+        matches!(t, "RuntimeDefault" | "Localhost")
+    });
     let mut annotations: Vec<String> = pod
         .pointer("/metadata/annotations")
         .and_then(Value::as_object)
@@ -608,32 +615,7 @@ fn seccomp_baseline(pod: &Value, minor: u32) -> Option<Violation> {
     if minor < 19 {
         return seccomp_annotations(pod);
     }
-    let mut setters = Vec::new();
-    let mut values = BTreeSet::new();
-    if let Some(t) = pod
-        .pointer("/spec/securityContext/seccompProfile/type")
-        .and_then(Value::as_str)
-    {
-        if !valid_seccomp(t) {
-            setters.push("pod".to_string());
-            values.insert(t.to_string());
-        }
-    }
-    let mut bad = Vec::new();
-    for c in containers(pod) {
-        if let Some(t) = c
-            .pointer("/securityContext/seccompProfile/type")
-            .and_then(Value::as_str)
-        {
-            if !valid_seccomp(t) {
-                bad.push(name(c));
-                values.insert(t.to_string());
-            }
-        }
-    }
-    if !bad.is_empty() {
-        setters.push(containers_phrase(&bad));
-    }
+    let (setters, values) = profile_types(pod, "seccompProfile", valid_seccomp);
     if setters.is_empty() {
         return None;
     }
