@@ -1,0 +1,3 @@
+//! NodeResourcesFit and NodeResourcesBalancedAllocation (being written).
+pub mod balanced_allocation;
+pub mod fit;
