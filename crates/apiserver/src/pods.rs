@@ -131,11 +131,14 @@ fn set_condition(pod: &mut Value, ty: &str, status: &str) {
         .iter_mut()
         .find(|c| c.get("type").and_then(Value::as_str) == Some(ty))
     {
+        // `UpdatePodCondition`: the condition is replaced (an earlier reason and message go);
+        // the transition time moves only when the status changes.
         Some(c) => {
-            if c.get("status").and_then(Value::as_str) != Some(status) {
-                c["status"] = json!(status);
-                c["lastTransitionTime"] = json!(now);
-            }
+            let since = match c.get("status").and_then(Value::as_str) == Some(status) {
+                true => c.get("lastTransitionTime").cloned().unwrap_or(json!(now)),
+                false => json!(now),
+            };
+            *c = json!({"type": ty, "status": status, "lastProbeTime": null, "lastTransitionTime": since});
         }
         None => list.push(
             json!({"type": ty, "status": status, "lastProbeTime": null, "lastTransitionTime": now}),

@@ -8,6 +8,7 @@ pub mod auth;
 mod duration;
 mod latency;
 pub mod report;
+pub mod scheduler;
 pub mod store;
 
 pub use report::Measurement;
@@ -30,6 +31,9 @@ pub enum BenchCommand {
     /// What authentication and authorization add to each request (in process, with many RBAC
     /// bindings).
     Auth(auth::AuthArgs),
+    /// How fast pods get bound: through the API of a running cluster, or the scheduling cycle
+    /// alone in process.
+    Scheduler(scheduler::SchedulerArgs),
 }
 
 /// Run a benchmark subcommand, printing its measurements to stdout.
@@ -38,5 +42,6 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::Store(args) => store::run(args).await,
         BenchCommand::Api(args) => api::run(args).await,
         BenchCommand::Auth(args) => auth::run(args).await,
+        BenchCommand::Scheduler(args) => scheduler::run(args).await,
     }
 }

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
+mod scheduler_cmd;
 mod server_cmd;
 mod store_cmd;
 
@@ -41,6 +42,8 @@ enum LogFormat {
 enum Command {
     /// Run the control plane: the API server over the store, in the data directory.
     Server(server_cmd::ServerArgs),
+    /// Run the scheduler alone against an API server (kube-scheduler's job).
+    Scheduler(scheduler_cmd::SchedulerArgs),
     /// Read and write the embedded store directly (like etcdctl), for inspection and repair.
     Store(store_cmd::StoreArgs),
     /// Benchmarks against capstan or any other Kubernetes.
@@ -98,6 +101,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Server(args) => server_cmd::run(args).await,
         Command::Store(args) => store_cmd::run(args).await,
+        Command::Scheduler(args) => scheduler_cmd::run(args).await,
         Command::Bench(args) => capstan_bench::run(args).await,
         Command::Debug(cmd) => store_cmd::debug(cmd).await,
     }

@@ -56,6 +56,10 @@ pub struct ServerArgs {
     /// Write an audit log here: one JSON line (an audit.k8s.io/v1 Event) per request.
     #[arg(long, value_name = "PATH")]
     audit_log_path: Option<PathBuf>,
+
+    /// Do not run the scheduler in this process.
+    #[arg(long)]
+    disable_scheduler: bool,
 }
 
 pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
@@ -200,6 +204,15 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         "capstan: API server ready on {server_url}; try: kubectl --kubeconfig {} get namespaces",
         kubeconfig.display()
     );
+    if !args.disable_scheduler {
+        let kubeconfig = args.data_dir.join("components/scheduler.kubeconfig");
+        tokio::spawn(async move {
+            let cfg = capstan_scheduler::config::default_config();
+            if let Err(e) = crate::scheduler_cmd::start(&kubeconfig, &cfg, true).await {
+                tracing::error!(error = %format!("{e:#}"), "scheduler stopped");
+            }
+        });
+    }
     capstan_apiserver::server::serve(listener, tls, api, async {
         let _ = tokio::signal::ctrl_c().await;
         tracing::info!("stopping");

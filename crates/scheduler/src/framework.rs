@@ -135,6 +135,8 @@ pub struct CycleState {
     pub skip_filter: BTreeSet<&'static str>,
     /// Plugins whose PreScore returned Skip: their Score is not run.
     pub skip_score: BTreeSet<&'static str>,
+    /// PreFilter plugins that narrowed the candidate nodes to a set.
+    pub narrowed_by: Vec<&'static str>,
 }
 
 impl Clone for CycleState {
@@ -143,6 +145,7 @@ impl Clone for CycleState {
             data: self.data.iter().map(|(k, v)| (*k, (**v).clone_box())).collect(),
             skip_filter: self.skip_filter.clone(),
             skip_score: self.skip_score.clone(),
+            narrowed_by: self.narrowed_by.clone(),
         }
     }
 }
@@ -469,6 +472,7 @@ impl Framework {
                 _ => return (PreFilterResult::default(), s.from_plugin(e.plugin.name())),
             }
             if let Some(names) = r.node_names {
+                state.narrowed_by.push(e.plugin.name());
                 result.node_names = Some(match result.node_names.take() {
                     Some(prev) => prev.intersection(&names).cloned().collect(),
                     None => names,

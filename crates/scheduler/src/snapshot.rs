@@ -18,6 +18,8 @@ pub struct Snapshot {
     orphans: HashMap<String, Vec<Arc<PodInfo>>>,
     /// Node name of each placed pod, by pod key.
     pod_node: HashMap<String, String>,
+    /// PodDisruptionBudgets (policy/v1), for preemption.
+    pub pdbs: Vec<k8s_openapi::api::policy::v1::PodDisruptionBudget>,
     /// Namespace name → labels (for namespace selectors of affinity terms).
     pub namespaces: HashMap<String, BTreeMap<String, String>>,
     /// Image name → number of nodes that have it (ImageLocality's spread).

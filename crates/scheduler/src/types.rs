@@ -67,24 +67,24 @@ impl Resource {
     }
 
     pub fn add(&mut self, o: &Resource) {
-        self.milli_cpu += o.milli_cpu;
-        self.memory += o.memory;
-        self.ephemeral_storage += o.ephemeral_storage;
-        self.allowed_pod_number += o.allowed_pod_number;
+        self.milli_cpu = self.milli_cpu.saturating_add(o.milli_cpu);
+        self.memory = self.memory.saturating_add(o.memory);
+        self.ephemeral_storage = self.ephemeral_storage.saturating_add(o.ephemeral_storage);
+        self.allowed_pod_number = self.allowed_pod_number.saturating_add(o.allowed_pod_number);
         for (n, v) in &o.scalar {
             let cur = self.get(n);
-            self.set(n, cur + v);
+            self.set(n, cur.saturating_add(*v));
         }
     }
 
     pub fn sub(&mut self, o: &Resource) {
-        self.milli_cpu -= o.milli_cpu;
-        self.memory -= o.memory;
-        self.ephemeral_storage -= o.ephemeral_storage;
-        self.allowed_pod_number -= o.allowed_pod_number;
+        self.milli_cpu = self.milli_cpu.saturating_sub(o.milli_cpu);
+        self.memory = self.memory.saturating_sub(o.memory);
+        self.ephemeral_storage = self.ephemeral_storage.saturating_sub(o.ephemeral_storage);
+        self.allowed_pod_number = self.allowed_pod_number.saturating_sub(o.allowed_pod_number);
         for (n, v) in &o.scalar {
             let cur = self.get(n);
-            self.set(n, cur - v);
+            self.set(n, cur.saturating_sub(*v));
         }
     }
 
@@ -107,7 +107,7 @@ impl Resource {
 pub fn is_scalar_resource(name: &str) -> bool {
     name.starts_with("hugepages-")
         || name.starts_with("attachable-volumes-")
-        || (name.contains('/') && !name.starts_with("kubernetes.io/") && !name.starts_with("requests."))
+        || (name.contains('/') && !name.starts_with("requests."))
 }
 
 /// A quantity as the scheduler counts it: CPU in millicores, everything else in whole units,
@@ -389,29 +389,29 @@ fn pod_requests(pod: &Pod) -> (Resource, i64, i64) {
     for c in &spec.containers {
         let r = container_requests(c);
         let (a, b) = non_zero(&r, c);
-        nz_cpu += a;
-        nz_mem += b;
+        nz_cpu = nz_cpu.saturating_add(a);
+        nz_mem = nz_mem.saturating_add(b);
         reqs.add(&r);
     }
     let mut sidecars = Resource::default();
     let mut init_max = Resource::default();
-    let (mut nz_init_cpu, mut nz_init_mem, mut nz_side_cpu, mut nz_side_mem) = (0, 0, 0, 0);
+    let (mut nz_init_cpu, mut nz_init_mem, mut nz_side_cpu, mut nz_side_mem) = (0i64, 0i64, 0i64, 0i64);
     for c in spec.init_containers.iter().flatten() {
         let r = container_requests(c);
         let (a, b) = non_zero(&r, c);
         if is_sidecar(c) {
             reqs.add(&r);
             sidecars.add(&r);
-            nz_cpu += a;
-            nz_mem += b;
-            nz_side_cpu += a;
-            nz_side_mem += b;
+            nz_cpu = nz_cpu.saturating_add(a);
+            nz_mem = nz_mem.saturating_add(b);
+            nz_side_cpu = nz_side_cpu.saturating_add(a);
+            nz_side_mem = nz_side_mem.saturating_add(b);
         } else {
             let mut tmp = r.clone();
             tmp.add(&sidecars);
             init_max.set_max(&tmp);
-            nz_init_cpu = nz_init_cpu.max(a + nz_side_cpu);
-            nz_init_mem = nz_init_mem.max(b + nz_side_mem);
+            nz_init_cpu = nz_init_cpu.max(a.saturating_add(nz_side_cpu));
+            nz_init_mem = nz_init_mem.max(b.saturating_add(nz_side_mem));
         }
     }
     reqs.set_max(&init_max);
@@ -420,8 +420,8 @@ fn pod_requests(pod: &Pod) -> (Resource, i64, i64) {
     if let Some(o) = &spec.overhead {
         let o = Resource::from_list(o);
         reqs.add(&o);
-        nz_cpu += o.milli_cpu;
-        nz_mem += o.memory;
+        nz_cpu = nz_cpu.saturating_add(o.milli_cpu);
+        nz_mem = nz_mem.saturating_add(o.memory);
     }
     (reqs, nz_cpu, nz_mem)
 }
@@ -505,8 +505,8 @@ impl NodeInfo {
 
     pub fn add_pod(&mut self, pod: Arc<PodInfo>) {
         self.requested.add(&pod.requests);
-        self.non_zero_cpu += pod.non_zero_cpu;
-        self.non_zero_memory += pod.non_zero_memory;
+        self.non_zero_cpu = self.non_zero_cpu.saturating_add(pod.non_zero_cpu);
+        self.non_zero_memory = self.non_zero_memory.saturating_add(pod.non_zero_memory);
         self.used_ports.extend(pod.host_ports.iter().cloned());
         for claim in pvc_names(&pod) {
             *self.pvc_ref_counts.entry(claim).or_insert(0) += 1;
@@ -528,8 +528,8 @@ impl NodeInfo {
         self.pods_with_affinity.retain(|p| p.key != key);
         self.pods_with_required_anti_affinity.retain(|p| p.key != key);
         self.requested.sub(&pod.requests);
-        self.non_zero_cpu -= pod.non_zero_cpu;
-        self.non_zero_memory -= pod.non_zero_memory;
+        self.non_zero_cpu = self.non_zero_cpu.saturating_sub(pod.non_zero_cpu);
+        self.non_zero_memory = self.non_zero_memory.saturating_sub(pod.non_zero_memory);
         for hp in &pod.host_ports {
             if let Some(j) = self.used_ports.iter().position(|u| u == hp) {
                 self.used_ports.swap_remove(j);

@@ -33,7 +33,16 @@ impl Server {
         Self::start_in(dir, extra)
     }
 
+    /// Start with the control plane's scheduler running (other tests leave pods alone).
+    pub fn start_scheduling(extra: &[&str]) -> Server {
+        Self::start_full(tempfile::tempdir().unwrap(), extra, true)
+    }
+
     pub fn start_in(dir: tempfile::TempDir, extra: &[&str]) -> Server {
+        Self::start_full(dir, extra, false)
+    }
+
+    fn start_full(dir: tempfile::TempDir, extra: &[&str], scheduler: bool) -> Server {
         let port = free_port();
         let log = std::fs::File::create(dir.path().join("server.log")).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_capstan"))
@@ -47,6 +56,7 @@ impl Server {
                 "127.0.0.1",
             ])
             .args(extra)
+            .args((!scheduler).then_some("--disable-scheduler"))
             .env("CAPSTAN_LOG", "info")
             .stdout(Stdio::null())
             .stderr(log)

@@ -1,0 +1,413 @@
+//! The scheduler as a pure state machine: informer events go in (`on_pod`, `on_node`, ...),
+//! decisions come out (`schedule_one` → `Action`), bind results come back (`bind_result`).
+//! The async shell in `run.rs` does the IO. Mirrors `pkg/scheduler/schedule_one.go` and the
+//! event handlers of `pkg/scheduler/eventhandlers.go`.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+
+use crate::framework::{ClusterEvent, CycleState, Framework};
+use crate::queue::{Hints, SchedulingQueue};
+use crate::schedule::{schedule_pod, Cursor, Failure};
+use crate::snapshot::Snapshot;
+use crate::types::PodInfo;
+
+/// What the shell must do after a scheduling attempt.
+#[derive(Debug)]
+pub enum Action {
+    /// The pod is assumed on `node`; bind it through the API and report with `bind_result`.
+    Bind { pod: Arc<PodInfo>, node: String },
+    /// The attempt failed: record FailedScheduling, set the PodScheduled condition (and
+    /// `nominatedNodeName` when preemption chose a node), delete the victims.
+    Failed {
+        pod: Arc<PodInfo>,
+        /// "Unschedulable" or "SchedulerError".
+        reason: &'static str,
+        message: String,
+        nominated_node: Option<String>,
+        victims: Vec<Arc<PodInfo>>,
+    },
+}
+
+struct InFlight {
+    pod: Arc<PodInfo>,
+    node: String,
+    state: CycleState,
+    profile: usize,
+}
+
+/// Counters for reports and benchmarks.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Stats {
+    pub attempts: u64,
+    pub scheduled: u64,
+    pub unschedulable: u64,
+    pub errors: u64,
+    pub bind_failures: u64,
+}
+
+pub struct Core {
+    profiles: Vec<Framework>,
+    pub snapshot: Snapshot,
+    pub queue: SchedulingQueue,
+    cursor: Cursor,
+    rng: SmallRng,
+    in_flight: HashMap<String, InFlight>,
+    pub stats: Stats,
+}
+
+struct ProfileHints<'a>(&'a [Framework]);
+
+impl Hints for ProfileHints<'_> {
+    fn worth_retrying(
+        &self,
+        pod: &PodInfo,
+        plugins: &BTreeSet<&'static str>,
+        event: ClusterEvent,
+        changed: Option<&PodInfo>,
+    ) -> bool {
+        if plugins.is_empty() {
+            return true;
+        }
+        let Some(fw) = self.0.iter().find(|f| f.scheduler_name == pod.scheduler_name()) else {
+            return false;
+        };
+        fw.plugins().iter().any(|p| {
+            plugins.contains(p.name()) && p.events().contains(&event) && p.hint(pod, event, changed)
+        })
+    }
+}
+
+impl Core {
+    pub fn new(profiles: Vec<Framework>, queue: SchedulingQueue) -> Core {
+        Core {
+            profiles,
+            snapshot: Snapshot::new(),
+            queue,
+            cursor: Cursor::default(),
+            rng: SmallRng::from_os_rng(),
+            in_flight: HashMap::new(),
+            stats: Stats::default(),
+        }
+    }
+
+    /// Make tie-breaking reproducible (tests, benchmarks).
+    pub fn seed(&mut self, seed: u64) {
+        self.rng = SmallRng::seed_from_u64(seed);
+    }
+
+    pub fn profiles(&self) -> &[Framework] {
+        &self.profiles
+    }
+
+    fn profile_of(&self, pod: &PodInfo) -> Option<usize> {
+        self.profiles
+            .iter()
+            .position(|f| f.scheduler_name == pod.scheduler_name())
+    }
+
+    fn event(&mut self, event: ClusterEvent, changed: Option<&PodInfo>, now: Instant) {
+        let hints = ProfileHints(&self.profiles);
+        self.queue.on_event(event, changed, &hints, now);
+    }
+
+    /// A pod was added or updated.
+    pub fn on_pod(&mut self, pod: Pod, now: Instant) {
+        let info = Arc::new(PodInfo::new(pod));
+        let key = info.key.clone();
+        let phase = info
+            .pod
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.as_deref())
+            .unwrap_or("");
+        if phase == "Succeeded" || phase == "Failed" {
+            self.on_pod_delete(&key, now);
+            return;
+        }
+        if !info.node_name().is_empty() {
+            self.queue.delete(&key);
+            self.snapshot.clear_nomination(&key);
+            let node = info.node_name().to_string();
+            let old = self.snapshot.remove_pod(&key);
+            self.snapshot.add_pod(&node, info.clone());
+            let event = match &old {
+                Some((old_node, _)) if self.in_flight.contains_key(&key) && *old_node == node => None,
+                None => Some(ClusterEvent::PodAdd),
+                Some((old_node, _)) if *old_node != node => Some(ClusterEvent::PodAdd),
+                Some((_, o)) if o.labels() != info.labels() => Some(ClusterEvent::PodUpdateLabel),
+                Some((_, o)) if scaled_down(o, &info) => Some(ClusterEvent::PodUpdateScaleDown),
+                Some(_) => None,
+            };
+            if let Some(e) = event {
+                self.event(e, Some(&info), now);
+            }
+            return;
+        }
+        let Some(profile) = self.profile_of(&info) else {
+            return;
+        };
+        if self.in_flight.contains_key(&key) || self.snapshot.pod_node(&key).is_some() {
+            // Assumed and being bound: this is the pod as it was before our binding.
+            return;
+        }
+        if info.terminating() {
+            self.queue.delete(&key);
+            return;
+        }
+        match info
+            .pod
+            .status
+            .as_ref()
+            .and_then(|s| s.nominated_node_name.as_deref())
+        {
+            Some(n) if !n.is_empty() => self.snapshot.nominate(info.clone(), n),
+            _ => self.snapshot.clear_nomination(&key),
+        }
+        let gated = !self.profiles[profile].run_pre_enqueue(&info).is_success();
+        let was_gated = self.queue.get(&key).is_some();
+        self.queue.add(info.clone(), gated, now);
+        if was_gated && !gated {
+            self.event(ClusterEvent::PodUpdateGates, Some(&info), now);
+        }
+    }
+
+    /// A pod was deleted (or finished).
+    pub fn on_pod_delete(&mut self, key: &str, now: Instant) {
+        self.queue.delete(key);
+        self.snapshot.clear_nomination(key);
+        if let Some((_, pod)) = self.snapshot.remove_pod(key) {
+            if !self.in_flight.contains_key(key) {
+                self.event(ClusterEvent::PodDelete, Some(&pod), now);
+            }
+        }
+    }
+
+    pub fn on_node(&mut self, node: Node, now: Instant) {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let events = match self.snapshot.get(&name) {
+            None => vec![ClusterEvent::NodeAdd],
+            Some(old) => node_changes(&old.node, &node),
+        };
+        self.snapshot.upsert_node(node);
+        for e in events {
+            self.event(e, None, now);
+        }
+    }
+
+    pub fn on_node_delete(&mut self, name: &str) {
+        self.snapshot.remove_node(name);
+    }
+
+    pub fn on_namespace(&mut self, ns: Namespace, now: Instant) {
+        let name = ns.metadata.name.clone().unwrap_or_default();
+        let labels = ns.metadata.labels.unwrap_or_default();
+        if self.snapshot.namespaces.get(&name) != Some(&labels) {
+            self.snapshot.namespaces.insert(name, labels);
+            self.event(ClusterEvent::NamespaceChange, None, now);
+        }
+    }
+
+    pub fn on_namespace_delete(&mut self, name: &str) {
+        self.snapshot.namespaces.remove(name);
+    }
+
+    /// The cluster's PodDisruptionBudgets changed.
+    pub fn set_pdbs(&mut self, pdbs: Vec<k8s_openapi::api::policy::v1::PodDisruptionBudget>) {
+        self.snapshot.pdbs = pdbs;
+    }
+
+    /// Retry pods left unschedulable too long (call periodically).
+    pub fn flush(&mut self, now: Instant) {
+        self.queue.flush_unschedulable(now);
+    }
+
+    /// When the next backed-off pod becomes ready.
+    pub fn next_wakeup(&mut self) -> Option<Instant> {
+        self.queue.next_backoff()
+    }
+
+    /// Pods being bound right now.
+    pub fn binding(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// Take one pod from the queue and decide for it. `None` when nothing is ready.
+    pub fn schedule_one(&mut self, now: Instant) -> Option<Action> {
+        loop {
+            let queued = self.queue.pop(now)?;
+            let pod = queued.info.clone();
+            let Some(profile) = self.profile_of(&pod) else {
+                self.queue.delete(&pod.key);
+                continue;
+            };
+            if pod.terminating() {
+                self.queue.delete(&pod.key);
+                continue;
+            }
+            self.stats.attempts += 1;
+            return Some(self.attempt(profile, pod, now));
+        }
+    }
+
+    fn attempt(&mut self, profile: usize, pod: Arc<PodInfo>, now: Instant) -> Action {
+        let fw = &self.profiles[profile];
+        let mut state = CycleState::new();
+        let result = schedule_pod(
+            fw,
+            &mut state,
+            &pod,
+            &self.snapshot,
+            &mut self.cursor,
+            &mut self.rng,
+        );
+        match result {
+            Ok(r) => {
+                let node = self.snapshot.nodes()[r.node].name().to_string();
+                self.snapshot.add_pod(&node, pod.clone());
+                let fw = &self.profiles[profile];
+                let mut s = fw.run_reserve(&mut state, &pod, &node);
+                if s.is_success() {
+                    s = fw.run_permit(&mut state, &pod, &node);
+                }
+                if !s.is_success() {
+                    fw.run_unreserve(&mut state, &pod, &node);
+                    self.snapshot.remove_pod(&pod.key);
+                    let error = !s.is_rejected();
+                    let plugins = if error { BTreeSet::new() } else { [s.plugin].into() };
+                    self.queue.failed(&pod.key, plugins, error, now);
+                    self.stats.errors += 1;
+                    return Action::Failed {
+                        reason: if error { "SchedulerError" } else { "Unschedulable" },
+                        message: s.message(),
+                        pod,
+                        nominated_node: None,
+                        victims: Vec::new(),
+                    };
+                }
+                self.queue.done(&pod.key);
+                self.snapshot.clear_nomination(&pod.key);
+                self.in_flight.insert(
+                    pod.key.clone(),
+                    InFlight {
+                        pod: pod.clone(),
+                        node: node.clone(),
+                        state,
+                        profile,
+                    },
+                );
+                self.stats.scheduled += 1;
+                Action::Bind { pod, node }
+            }
+            Err(failure) => self.failed(profile, &mut state, pod, failure, now),
+        }
+    }
+
+    fn failed(
+        &mut self,
+        profile: usize,
+        state: &mut CycleState,
+        pod: Arc<PodInfo>,
+        mut failure: Failure,
+        now: Instant,
+    ) -> Action {
+        let mut nominated_node = None;
+        let mut victims = Vec::new();
+        if let Failure::Fit { diagnosis, .. } = &mut failure {
+            let fw = &self.profiles[profile];
+            if !fw.post_filter.is_empty() {
+                let (r, s) = fw.run_post_filter(state, &pod, &self.snapshot, &diagnosis.statuses);
+                if let Some(r) = r {
+                    nominated_node = r.nominated_node.filter(|n| !n.is_empty());
+                    victims = r.victims;
+                }
+                if !s.is_success() && !s.reasons.is_empty() {
+                    diagnosis.post_filter_msg = s.message();
+                }
+            }
+        }
+        let error = failure.is_error();
+        if error {
+            self.stats.errors += 1;
+        } else {
+            self.stats.unschedulable += 1;
+        }
+        self.queue.failed(&pod.key, failure.plugins(), error, now);
+        if let Some(n) = &nominated_node {
+            self.snapshot.nominate(pod.clone(), n);
+        }
+        Action::Failed {
+            reason: if error { "SchedulerError" } else { "Unschedulable" },
+            message: failure.message(),
+            pod,
+            nominated_node,
+            victims,
+        }
+    }
+
+    /// The binding finished. On failure the assumed pod is forgotten and the pod retried after
+    /// backoff, unless `retry` is false (it was deleted or bound elsewhere meanwhile).
+    pub fn bind_result(&mut self, key: &str, ok: bool, retry: bool, now: Instant) {
+        let Some(mut f) = self.in_flight.remove(key) else {
+            return;
+        };
+        if ok {
+            return;
+        }
+        self.stats.bind_failures += 1;
+        let fw = &self.profiles[f.profile];
+        fw.run_unreserve(&mut f.state, &f.pod, &f.node);
+        if self.snapshot.pod_node(key) == Some(f.node.as_str()) {
+            self.snapshot.remove_pod(key);
+        }
+        if retry {
+            self.queue.add(f.pod.clone(), false, now);
+            self.queue.failed(key, BTreeSet::new(), true, now);
+        }
+    }
+}
+
+fn scaled_down(old: &PodInfo, new: &PodInfo) -> bool {
+    new.requests.milli_cpu < old.requests.milli_cpu
+        || new.requests.memory < old.requests.memory
+        || new.requests.ephemeral_storage < old.requests.ephemeral_storage
+}
+
+/// Which node changes a scheduler cares about (`nodeSchedulingPropertiesChange`).
+fn node_changes(old: &Node, new: &Node) -> Vec<ClusterEvent> {
+    let mut out = Vec::new();
+    let (os, ns) = (old.status.as_ref(), new.status.as_ref());
+    if os.and_then(|s| s.allocatable.as_ref()) != ns.and_then(|s| s.allocatable.as_ref()) {
+        out.push(ClusterEvent::NodeUpdateAllocatable);
+    }
+    if old.metadata.labels != new.metadata.labels {
+        out.push(ClusterEvent::NodeUpdateLabel);
+    }
+    let (osp, nsp) = (old.spec.as_ref(), new.spec.as_ref());
+    if osp.and_then(|s| s.taints.as_ref()) != nsp.and_then(|s| s.taints.as_ref())
+        || osp.and_then(|s| s.unschedulable) != nsp.and_then(|s| s.unschedulable)
+    {
+        out.push(ClusterEvent::NodeUpdateTaint);
+    }
+    let cond = |s: Option<&k8s_openapi::api::core::v1::NodeStatus>| {
+        s.and_then(|s| s.conditions.as_ref())
+            .map(|c| {
+                c.iter()
+                    .map(|c| (c.type_.clone(), c.status.clone()))
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default()
+    };
+    if cond(os) != cond(ns) {
+        out.push(ClusterEvent::NodeUpdateCondition);
+    }
+    if old.metadata.annotations != new.metadata.annotations {
+        out.push(ClusterEvent::NodeUpdateAnnotation);
+    }
+    out
+}

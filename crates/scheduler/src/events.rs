@@ -1,0 +1,172 @@
+//! Events as the scheduler reports them (events.k8s.io/v1, like Kubernetes' event broadcaster):
+//! recording never blocks the scheduling loop; a bounded buffer drops events when the API is
+//! slower than the scheduler (Kubernetes drops them too), and a repeat of the same event within
+//! six minutes updates the first one's `series` instead of creating another.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::events::v1::{Event, EventSeries};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use tokio::sync::mpsc;
+
+use crate::types::PodInfo;
+
+/// How long a repeated event is folded into the first one's series.
+const SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
+const BUFFER: usize = 10_000;
+const CONCURRENCY: usize = 16;
+
+/// One event to record.
+#[derive(Debug, Clone)]
+pub struct Record {
+    pub regarding: ObjectReference,
+    pub type_: &'static str,
+    pub reason: &'static str,
+    pub action: &'static str,
+    pub note: String,
+}
+
+impl Record {
+    /// An event about a pod.
+    pub fn pod(pod: &PodInfo, type_: &'static str, reason: &'static str, action: &'static str, note: String) -> Record {
+        Record {
+            regarding: ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                namespace: Some(pod.namespace().to_string()),
+                name: Some(pod.name().to_string()),
+                uid: pod.pod.metadata.uid.clone(),
+                resource_version: pod.pod.metadata.resource_version.clone(),
+                ..Default::default()
+            },
+            type_,
+            reason,
+            action,
+            note,
+        }
+    }
+}
+
+/// Hands events to the background writer.
+#[derive(Clone)]
+pub struct Recorder {
+    tx: mpsc::Sender<Record>,
+}
+
+impl Recorder {
+    /// Start the writer. `controller` is e.g. "default-scheduler"; `instance` names this process.
+    pub fn start(client: Client, controller: String, instance: String) -> Recorder {
+        let (tx, rx) = mpsc::channel(BUFFER);
+        tokio::spawn(write_events(client, controller, instance, rx));
+        Recorder { tx }
+    }
+
+    /// A recorder that drops everything (tests, benchmarks of the loop alone).
+    pub fn discard() -> Recorder {
+        let (tx, _) = mpsc::channel(1);
+        Recorder { tx }
+    }
+
+    pub fn record(&self, r: Record) {
+        if self.tx.try_send(r).is_err() {
+            tracing::debug!("event buffer full or closed; dropping event");
+        }
+    }
+}
+
+struct Seen {
+    namespace: String,
+    name: String,
+    count: i32,
+    first: Instant,
+}
+
+async fn write_events(client: Client, controller: String, instance: String, rx: mpsc::Receiver<Record>) {
+    let seen: std::sync::Mutex<HashMap<String, Seen>> = Default::default();
+    let stream = tokio_stream_from(rx);
+    stream
+        .for_each_concurrent(CONCURRENCY, |r| {
+            let client = client.clone();
+            let (controller, instance) = (controller.clone(), instance.clone());
+            let seen = &seen;
+            async move {
+                let ns = r.regarding.namespace.clone().unwrap_or_else(|| "default".into());
+                let api: Api<Event> = Api::namespaced(client, &ns);
+                let key = format!(
+                    "{}\x00{}\x00{}\x00{}",
+                    r.regarding.uid.as_deref().unwrap_or(""),
+                    r.reason,
+                    r.action,
+                    r.note
+                );
+                let now = chrono_now();
+                let repeat = {
+                    let mut m = seen.lock().unwrap_or_else(|e| e.into_inner());
+                    m.retain(|_, s| s.first.elapsed() < SERIES_WINDOW);
+                    m.get_mut(&key).map(|s| {
+                        s.count += 1;
+                        (s.namespace.clone(), s.name.clone(), s.count)
+                    })
+                };
+                if let Some((ns, name, count)) = repeat {
+                    let patch = serde_json::json!({"series": {"count": count, "lastObservedTime": MicroTime(now)}});
+                    let api: Api<Event> = Api::namespaced(api.into_client(), &ns);
+                    if let Err(e) = api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+                        tracing::debug!(error = %e, "updating event series");
+                    }
+                    return;
+                }
+                let name = format!(
+                    "{}.{:x}",
+                    r.regarding.name.as_deref().unwrap_or("object"),
+                    unix_nanos()
+                );
+                let ev = Event {
+                    metadata: ObjectMeta {
+                        name: Some(name.clone()),
+                        namespace: Some(ns.clone()),
+                        ..Default::default()
+                    },
+                    event_time: Some(MicroTime(now)),
+                    reporting_controller: Some(controller),
+                    reporting_instance: Some(instance),
+                    action: Some(r.action.into()),
+                    reason: Some(r.reason.into()),
+                    regarding: Some(r.regarding),
+                    note: Some(r.note),
+                    type_: Some(r.type_.into()),
+                    series: None::<EventSeries>,
+                    ..Default::default()
+                };
+                match api.create(&PostParams::default(), &ev).await {
+                    Ok(_) => {
+                        let mut m = seen.lock().unwrap_or_else(|e| e.into_inner());
+                        m.insert(key, Seen { namespace: ns, name, count: 1, first: Instant::now() });
+                    }
+                    Err(e) => tracing::debug!(error = %e, "recording event"),
+                }
+            }
+        })
+        .await;
+}
+
+fn tokio_stream_from<T: Send + 'static>(mut rx: mpsc::Receiver<T>) -> impl futures::Stream<Item = T> {
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+fn unix_nanos() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0)
+}
+
+/// The current time as k8s-openapi's timestamp type.
+pub fn chrono_now() -> k8s_openapi::jiff::Timestamp {
+    k8s_openapi::jiff::Timestamp::now()
+}
