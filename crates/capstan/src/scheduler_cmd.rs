@@ -41,7 +41,13 @@ pub async fn run(args: SchedulerArgs) -> anyhow::Result<()> {
 
 /// Run the scheduler with this configuration until it fails or loses its lease.
 pub async fn start(kubeconfig: &Path, cfg: &Config, leader_elect: bool) -> anyhow::Result<()> {
-    let profiles = config::build_profiles(cfg).map_err(|e| anyhow!(e))?;
+    let mut profiles = config::build_profiles(cfg).map_err(|e| anyhow!(e))?;
+    // A profile without its own percentageOfNodesToScore uses the global one.
+    for p in &mut profiles {
+        if p.percentage_of_nodes_to_score.is_none() && cfg.percentage_of_nodes_to_score > 0 {
+            p.percentage_of_nodes_to_score = Some(cfg.percentage_of_nodes_to_score);
+        }
+    }
     let client = client(kubeconfig).await?;
     let le = &cfg.leader_election;
     let leader = leader_elect.then(|| LeaderElection {

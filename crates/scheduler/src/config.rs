@@ -20,7 +20,12 @@ pub const KIND: &str = "KubeSchedulerConfiguration";
 pub const DEFAULT_SCHEDULER_NAME: &str = "default-scheduler";
 
 /// Plugins removed from the v1 API (still named in old configs).
-const INVALID_PLUGINS: &[&str] = &["AzureDiskLimits", "CinderLimits", "EBSLimits", "GCEPDLimits"];
+const INVALID_PLUGINS: &[&str] = &[
+    "AzureDiskLimits",
+    "CinderLimits",
+    "EBSLimits",
+    "GCEPDLimits",
+];
 
 /// A defaulted `KubeSchedulerConfiguration`.
 #[derive(Debug, Clone, PartialEq)]
@@ -375,7 +380,7 @@ pub struct GoDuration(pub i64);
 
 impl GoDuration {
     pub const fn from_secs(s: i64) -> GoDuration {
-        GoDuration(s * 1_000_000_000)
+        GoDuration(s.saturating_mul(1_000_000_000))
     }
 
     /// The duration as `std` holds it (negative durations become zero).
@@ -764,8 +769,13 @@ const LEADER_ELECTION_FIELDS: &[&str] = &[
     "resourceName",
     "resourceNamespace",
 ];
-const CLIENT_CONNECTION_FIELDS: &[&str] =
-    &["kubeconfig", "acceptContentTypes", "contentType", "qps", "burst"];
+const CLIENT_CONNECTION_FIELDS: &[&str] = &[
+    "kubeconfig",
+    "acceptContentTypes",
+    "contentType",
+    "qps",
+    "burst",
+];
 const PROFILE_FIELDS: &[&str] = &[
     "schedulerName",
     "percentageOfNodesToScore",
@@ -1226,9 +1236,7 @@ fn apply_defaults(raw: RawConfig) -> Config {
             burst: if cc.burst == 0 { 100 } else { cc.burst },
         },
         enable_profiling,
-        enable_contention_profiling: raw
-            .enable_contention_profiling
-            .unwrap_or(enable_profiling),
+        enable_contention_profiling: raw.enable_contention_profiling.unwrap_or(enable_profiling),
         percentage_of_nodes_to_score: raw.percentage_of_nodes_to_score.unwrap_or(0),
         pod_initial_backoff_seconds: raw.pod_initial_backoff_seconds.unwrap_or(1),
         pod_max_backoff_seconds: raw.pod_max_backoff_seconds.unwrap_or(10),
@@ -1255,7 +1263,11 @@ fn validate_with(cfg: &Config, registry: &[(&'static str, Constructor)]) -> Resu
     let mut errs: Vec<String> = Vec::new();
     let cc = &cfg.client_connection;
     if cc.burst < 0 {
-        errs.push(invalid("clientConnection.burst", cc.burst, "must be non-negative"));
+        errs.push(invalid(
+            "clientConnection.burst",
+            cc.burst,
+            "must be non-negative",
+        ));
     }
     validate_leader_election(&cfg.leader_election, &mut errs);
 
@@ -1467,7 +1479,12 @@ fn go_plugin_set(set: &PluginSet) -> String {
     };
     format!(
         "config.PluginSet{{Enabled:{}, Disabled:{}}}",
-        list(set.enabled.iter().map(|p| plugin(&p.name, p.weight)).collect()),
+        list(
+            set.enabled
+                .iter()
+                .map(|p| plugin(&p.name, p.weight))
+                .collect()
+        ),
         list(set.disabled.iter().map(|n| plugin(n, 0)).collect()),
     )
 }
@@ -1627,7 +1644,11 @@ fn new_framework(
         let mut names: Vec<&str> = Vec::new();
         for p in &plugins.get(ep).enabled {
             let Some(plugin) = lookup(&p.name) else {
-                return Err(format!("{} {} does not exist", ep.go_type(), go_quote(&p.name)));
+                return Err(format!(
+                    "{} {} does not exist",
+                    ep.go_type(),
+                    go_quote(&p.name)
+                ));
             };
             if !ep.implemented_by(plugin.as_ref()) {
                 return Err(format!(
@@ -1677,7 +1698,10 @@ fn new_framework(
     let weights = score_weights(plugins, &lookup)?;
     for n in list(ExtensionPoint::Score) {
         if !weights.iter().any(|(w, _)| w == n) {
-            return Err(format!("score plugin {} is not configured with weight", go_quote(n)));
+            return Err(format!(
+                "score plugin {} is not configured with weight",
+                go_quote(n)
+            ));
         }
     }
 
@@ -1687,7 +1711,9 @@ fn new_framework(
             .filter_map(|n| {
                 let plugin = lookup(n)?.clone();
                 let weight = match ep {
-                    ExtensionPoint::Score => weights.iter().find(|(w, _)| w == n).map_or(1, |w| w.1),
+                    ExtensionPoint::Score => {
+                        weights.iter().find(|(w, _)| w == n).map_or(1, |w| w.1)
+                    }
                     _ => 0,
                 };
                 Some(Enabled { plugin, weight })
@@ -1729,7 +1755,11 @@ fn expand_multi_point<'a>(
     let mut from_multi_point: Vec<&str> = Vec::new();
     for p in &plugins.multi_point.enabled {
         let Some(plugin) = lookup(&p.name) else {
-            return Err(format!("{} {} does not exist", ep.go_type(), go_quote(&p.name)));
+            return Err(format!(
+                "{} {} does not exist",
+                ep.go_type(),
+                go_quote(&p.name)
+            ));
         };
         if !ep.implemented_by(plugin.as_ref()) || set.disabled.contains(&p.name) {
             continue;
@@ -1768,7 +1798,12 @@ fn score_weights<'a>(
 ) -> Result<Vec<(&'a str, i64)>, String> {
     let mut weights: Vec<(&str, i64)> = Vec::new();
     let mut total: i128 = 0;
-    for p in plugins.score.enabled.iter().chain(&plugins.multi_point.enabled) {
+    for p in plugins
+        .score
+        .enabled
+        .iter()
+        .chain(&plugins.multi_point.enabled)
+    {
         let Some(plugin) = lookup(&p.name) else {
             continue;
         };
@@ -1777,7 +1812,11 @@ fn score_weights<'a>(
         {
             continue;
         }
-        let weight = if p.weight == 0 { 1 } else { i64::from(p.weight) };
+        let weight = if p.weight == 0 {
+            1
+        } else {
+            i64::from(p.weight)
+        };
         let max = i128::from(weight) * i128::from(MAX_NODE_SCORE);
         if max > i128::from(i64::MAX) - total {
             return Err("total score of Score plugins could overflow".to_string());
@@ -1786,4 +1825,1381 @@ fn score_weights<'a>(
         weights.push((&p.name, weight));
     }
     Ok(weights)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::framework::{
+        BindPlugin, CycleState, FilterPlugin, NodeStatuses, PermitPlugin, PostFilterPlugin,
+        PostFilterResult, PreEnqueuePlugin, PreFilterPlugin, PreFilterResult, PreScorePlugin,
+        QueueSortPlugin, ReservePlugin, ScorePlugin, Status,
+    };
+    use crate::snapshot::Snapshot;
+    use crate::types::{NodeInfo, PodInfo};
+
+    // Fake plugins that extend the points upstream's plugins extend, so ordering tests do not
+    // depend on how far the real plugins have been written.
+    const PE: u16 = 1;
+    const QS: u16 = 1 << 1;
+    const PF: u16 = 1 << 2;
+    const F: u16 = 1 << 3;
+    const POF: u16 = 1 << 4;
+    const PS: u16 = 1 << 5;
+    const S: u16 = 1 << 6;
+    const R: u16 = 1 << 7;
+    const PM: u16 = 1 << 8;
+    const B: u16 = 1 << 9;
+
+    struct Fake {
+        name: &'static str,
+        points: u16,
+    }
+
+    impl Fake {
+        fn has(&self, bit: u16) -> bool {
+            self.points & bit != 0
+        }
+    }
+
+    impl Plugin for Fake {
+        fn name(&self) -> &'static str {
+            self.name
+        }
+        fn as_pre_enqueue(&self) -> Option<&dyn PreEnqueuePlugin> {
+            self.has(PE).then_some(self as &dyn PreEnqueuePlugin)
+        }
+        fn as_queue_sort(&self) -> Option<&dyn QueueSortPlugin> {
+            self.has(QS).then_some(self as &dyn QueueSortPlugin)
+        }
+        fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
+            self.has(PF).then_some(self as &dyn PreFilterPlugin)
+        }
+        fn as_filter(&self) -> Option<&dyn FilterPlugin> {
+            self.has(F).then_some(self as &dyn FilterPlugin)
+        }
+        fn as_post_filter(&self) -> Option<&dyn PostFilterPlugin> {
+            self.has(POF).then_some(self as &dyn PostFilterPlugin)
+        }
+        fn as_pre_score(&self) -> Option<&dyn PreScorePlugin> {
+            self.has(PS).then_some(self as &dyn PreScorePlugin)
+        }
+        fn as_score(&self) -> Option<&dyn ScorePlugin> {
+            self.has(S).then_some(self as &dyn ScorePlugin)
+        }
+        fn as_reserve(&self) -> Option<&dyn ReservePlugin> {
+            self.has(R).then_some(self as &dyn ReservePlugin)
+        }
+        fn as_permit(&self) -> Option<&dyn PermitPlugin> {
+            self.has(PM).then_some(self as &dyn PermitPlugin)
+        }
+        fn as_bind(&self) -> Option<&dyn BindPlugin> {
+            self.has(B).then_some(self as &dyn BindPlugin)
+        }
+    }
+
+    impl PreEnqueuePlugin for Fake {
+        fn pre_enqueue(&self, _: &PodInfo) -> Status {
+            Status::success()
+        }
+    }
+    impl QueueSortPlugin for Fake {
+        fn less(&self, _: &PodInfo, a: u64, _: &PodInfo, b: u64) -> bool {
+            a < b
+        }
+    }
+    impl PreFilterPlugin for Fake {
+        fn pre_filter(
+            &self,
+            _: &mut CycleState,
+            _: &PodInfo,
+            _: &Snapshot,
+        ) -> (PreFilterResult, Status) {
+            (PreFilterResult::default(), Status::success())
+        }
+    }
+    impl FilterPlugin for Fake {
+        fn filter(&self, _: &CycleState, _: &PodInfo, _: &NodeInfo) -> Status {
+            Status::success()
+        }
+    }
+    impl PostFilterPlugin for Fake {
+        fn post_filter(
+            &self,
+            _: &CycleState,
+            _: &PodInfo,
+            _: &Framework,
+            _: &Snapshot,
+            _: &NodeStatuses,
+        ) -> (Option<PostFilterResult>, Status) {
+            (None, Status::unschedulable("fake"))
+        }
+    }
+    impl PreScorePlugin for Fake {
+        fn pre_score(
+            &self,
+            _: &mut CycleState,
+            _: &PodInfo,
+            _: &[&NodeInfo],
+            _: &Snapshot,
+        ) -> Status {
+            Status::success()
+        }
+    }
+    impl ScorePlugin for Fake {
+        fn score(&self, _: &CycleState, _: &PodInfo, _: &NodeInfo) -> Result<i64, Status> {
+            Ok(0)
+        }
+    }
+    impl ReservePlugin for Fake {
+        fn reserve(&self, _: &mut CycleState, _: &PodInfo, _: &str) -> Status {
+            Status::success()
+        }
+        fn unreserve(&self, _: &mut CycleState, _: &PodInfo, _: &str) {}
+    }
+    impl PermitPlugin for Fake {
+        fn permit(&self, _: &mut CycleState, _: &PodInfo, _: &str) -> (Status, Duration) {
+            (Status::success(), Duration::ZERO)
+        }
+    }
+    impl BindPlugin for Fake {}
+
+    macro_rules! fake {
+        ($f:ident, $name:expr, $points:expr) => {
+            fn $f(_: &Value) -> Result<Arc<dyn Plugin>, String> {
+                Ok(Arc::new(Fake {
+                    name: $name,
+                    points: $points,
+                }))
+            }
+        };
+    }
+
+    // The in-tree plugins with the extension points they have upstream in v1.32.
+    fake!(scheduling_gates, "SchedulingGates", PE);
+    fake!(priority_sort, "PrioritySort", QS);
+    fake!(node_unschedulable, "NodeUnschedulable", F);
+    fake!(node_name, "NodeName", F);
+    fake!(taint_toleration, "TaintToleration", F | PS | S);
+    fake!(node_affinity, "NodeAffinity", PF | F | PS | S);
+    fake!(node_ports, "NodePorts", PF | F);
+    fake!(fit, "NodeResourcesFit", PF | F | PS | S);
+    fake!(volume_restrictions, "VolumeRestrictions", PF | F);
+    fake!(pod_topology_spread, "PodTopologySpread", PF | F | PS | S);
+    fake!(inter_pod_affinity, "InterPodAffinity", PF | F | PS | S);
+    fake!(default_preemption, "DefaultPreemption", POF);
+    fake!(
+        balanced_allocation,
+        "NodeResourcesBalancedAllocation",
+        PS | S
+    );
+    fake!(image_locality, "ImageLocality", S);
+    fake!(default_binder, "DefaultBinder", B);
+    // Upstream framework_test's plugins.
+    fake!(
+        test_plugin,
+        "TestPlugin",
+        QS | PF | F | POF | PS | S | R | PM | B
+    );
+    fake!(score_plugin_1, "ScorePlugin1", PS | S);
+    fake!(score_plugin_2, "ScorePlugin2", PS | S);
+    fake!(score_with_normalize_1, "ScoreWithNormalizePlugin1", S);
+    fake!(queue_sort_plugin, "QueueSortPlugin", QS);
+    fake!(bind_plugin, "BindPlugin", B);
+    fake!(other_sort, "OtherSort", QS);
+
+    fn fail_args(args: &Value) -> Result<Arc<dyn Plugin>, String> {
+        match args.get("mode").and_then(Value::as_str) {
+            Some("path") => Err("scoringStrategy.type: Unsupported value: \"X\"".to_string()),
+            Some(_) => Err("unknown field `mode`, expected `scoringStrategy`".to_string()),
+            None => Ok(Arc::new(Fake {
+                name: "Picky",
+                points: F,
+            })),
+        }
+    }
+
+    fn registry() -> Vec<(&'static str, Constructor)> {
+        vec![
+            ("SchedulingGates", scheduling_gates),
+            ("PrioritySort", priority_sort),
+            ("NodeUnschedulable", node_unschedulable),
+            ("NodeName", node_name),
+            ("TaintToleration", taint_toleration),
+            ("NodeAffinity", node_affinity),
+            ("NodePorts", node_ports),
+            ("NodeResourcesFit", fit),
+            ("VolumeRestrictions", volume_restrictions),
+            ("PodTopologySpread", pod_topology_spread),
+            ("InterPodAffinity", inter_pod_affinity),
+            ("DefaultPreemption", default_preemption),
+            ("NodeResourcesBalancedAllocation", balanced_allocation),
+            ("ImageLocality", image_locality),
+            ("DefaultBinder", default_binder),
+            ("TestPlugin", test_plugin),
+            ("ScorePlugin1", score_plugin_1),
+            ("ScorePlugin2", score_plugin_2),
+            ("ScoreWithNormalizePlugin1", score_with_normalize_1),
+            ("QueueSortPlugin", queue_sort_plugin),
+            ("BindPlugin", bind_plugin),
+            ("OtherSort", other_sort),
+            ("Picky", fail_args),
+        ]
+    }
+
+    /// A config file with the given body after apiVersion and kind.
+    fn yaml(body: &str) -> String {
+        format!("apiVersion: {API_VERSION}\nkind: {KIND}\n{body}")
+    }
+
+    fn decoded(body: &str) -> Config {
+        match decode(&yaml(body)) {
+            Ok(c) => c,
+            Err(e) => panic!("decode failed: {e}"),
+        }
+    }
+
+    fn validation_error(body: &str) -> String {
+        let cfg = decoded(body);
+        match validate_with(&cfg, &registry()) {
+            Ok(()) => panic!("expected a validation error for:\n{body}"),
+            Err(e) => e,
+        }
+    }
+
+    fn build(body: &str) -> Result<Vec<Framework>, String> {
+        let cfg = decoded(body);
+        validate_with(&cfg, &registry())?;
+        build_profiles_with(&cfg, &registry())
+    }
+
+    fn built(body: &str) -> Vec<Framework> {
+        match build(body) {
+            Ok(f) => f,
+            Err(e) => panic!("build failed: {e}"),
+        }
+    }
+
+    fn names(list: &[Enabled]) -> Vec<&'static str> {
+        list.iter().map(|e| e.plugin.name()).collect()
+    }
+
+    fn weighted(list: &[Enabled]) -> Vec<(&'static str, i64)> {
+        list.iter().map(|e| (e.plugin.name(), e.weight)).collect()
+    }
+
+    /// Every extension point's plugins, by name.
+    fn points(fw: &Framework) -> Vec<(&'static str, Vec<&'static str>)> {
+        vec![
+            ("preEnqueue", names(&fw.pre_enqueue)),
+            (
+                "queueSort",
+                fw.queue_sort.iter().map(|e| e.plugin.name()).collect(),
+            ),
+            ("preFilter", names(&fw.pre_filter)),
+            ("filter", names(&fw.filter)),
+            ("postFilter", names(&fw.post_filter)),
+            ("preScore", names(&fw.pre_score)),
+            ("score", names(&fw.score)),
+            ("reserve", names(&fw.reserve)),
+            ("permit", names(&fw.permit)),
+            ("bind", names(&fw.bind)),
+        ]
+    }
+
+    fn pset(enabled: &[(&str, i32)], disabled: &[&str]) -> PluginSet {
+        PluginSet {
+            enabled: enabled
+                .iter()
+                .map(|&(n, w)| PluginRef {
+                    name: n.to_string(),
+                    weight: w,
+                })
+                .collect(),
+            disabled: disabled.iter().map(|d| d.to_string()).collect(),
+        }
+    }
+
+    // ----- defaulting -----
+
+    #[test]
+    fn empty_configuration_gets_the_v1_32_defaults() {
+        let cfg = decoded("");
+        assert_eq!(cfg, default_config());
+        assert_eq!(cfg.parallelism, 16);
+        assert_eq!(
+            cfg.leader_election,
+            LeaderElection {
+                leader_elect: true,
+                lease_duration: GoDuration::from_secs(15),
+                renew_deadline: GoDuration::from_secs(10),
+                retry_period: GoDuration::from_secs(2),
+                resource_lock: "leases".into(),
+                resource_name: "kube-scheduler".into(),
+                resource_namespace: "kube-system".into(),
+            }
+        );
+        assert_eq!(
+            cfg.client_connection,
+            ClientConnection {
+                kubeconfig: String::new(),
+                accept_content_types: String::new(),
+                content_type: "application/vnd.kubernetes.protobuf".into(),
+                qps: 50.0,
+                burst: 100,
+            }
+        );
+        assert!(cfg.enable_profiling && cfg.enable_contention_profiling);
+        assert_eq!(cfg.percentage_of_nodes_to_score, 0);
+        assert_eq!(
+            (cfg.pod_initial_backoff_seconds, cfg.pod_max_backoff_seconds),
+            (1, 10)
+        );
+        assert!(!cfg.delay_cache_until_active);
+        assert_eq!(cfg.profiles.len(), 1);
+        let p = &cfg.profiles[0];
+        assert_eq!(p.scheduler_name, DEFAULT_SCHEDULER_NAME);
+        assert_eq!(p.percentage_of_nodes_to_score, None);
+        assert_eq!(p.plugins, Plugins::defaults());
+        let multi: Vec<(&str, i64)> = p
+            .plugins
+            .multi_point
+            .enabled
+            .iter()
+            .map(|e| (e.name.as_str(), i64::from(e.weight)))
+            .collect();
+        assert_eq!(multi, plugins::DEFAULT_PLUGINS.to_vec());
+        assert_eq!(validate(&cfg), Ok(()));
+    }
+
+    #[test]
+    fn zero_values_take_defaults_but_explicit_pointers_are_kept() {
+        let cfg = decoded(
+            "leaderElection:\n  leaseDuration: 0s\n  resourceName: ''\n\
+             clientConnection:\n  qps: 0\n  burst: 0\n  kubeconfig: /etc/k.conf\n\
+             parallelism: 8\npercentageOfNodesToScore: 0\npodInitialBackoffSeconds: 3\n\
+             podMaxBackoffSeconds: 30\nenableProfiling: false\n",
+        );
+        assert_eq!(
+            cfg.leader_election.lease_duration,
+            GoDuration::from_secs(15)
+        );
+        assert_eq!(cfg.leader_election.resource_name, "kube-scheduler");
+        assert_eq!(cfg.client_connection.qps, 50.0);
+        assert_eq!(cfg.client_connection.burst, 100);
+        assert_eq!(cfg.client_connection.kubeconfig, "/etc/k.conf");
+        assert_eq!(cfg.parallelism, 8);
+        assert_eq!(cfg.pod_initial_backoff_seconds, 3);
+        assert_eq!(cfg.pod_max_backoff_seconds, 30);
+        // Contention profiling follows profiling when not set.
+        assert!(!cfg.enable_profiling && !cfg.enable_contention_profiling);
+    }
+
+    #[test]
+    fn null_fields_are_left_to_the_defaults() {
+        let cfg =
+            decoded("parallelism: null\nprofiles: null\nleaderElection:\n  leaderElect: null\n");
+        assert_eq!(cfg, default_config());
+    }
+
+    #[test]
+    fn only_a_lone_profile_is_given_the_default_name() {
+        let cfg = decoded("profiles:\n- percentageOfNodesToScore: 20\n");
+        assert_eq!(cfg.profiles[0].scheduler_name, DEFAULT_SCHEDULER_NAME);
+        assert_eq!(cfg.profiles[0].percentage_of_nodes_to_score, Some(20));
+        let cfg = decoded("profiles:\n- schedulerName: a\n- {}\n");
+        assert_eq!(cfg.profiles[1].scheduler_name, "");
+        let cfg = decoded("profiles:\n- schedulerName: ''\n");
+        assert_eq!(cfg.profiles[0].scheduler_name, "");
+    }
+
+    #[test]
+    fn json_documents_are_read_like_yaml() {
+        let json = format!(
+            r#"{{"apiVersion": "{API_VERSION}", "kind": "{KIND}",
+	"parallelism": 4, "profiles": [{{"schedulerName": "j", "plugins": {{"score": {{"disabled": [{{"name": "*"}}]}}}}}}]}}"#
+        );
+        let cfg = match decode(&json) {
+            Ok(c) => c,
+            Err(e) => panic!("{e}"),
+        };
+        assert_eq!(cfg.parallelism, 4);
+        assert_eq!(cfg.profiles[0].scheduler_name, "j");
+        assert_eq!(cfg.profiles[0].plugins.score, pset(&[], &["*"]));
+    }
+
+    #[test]
+    fn plugin_sets_merge_with_the_defaults_like_merge_plugins() {
+        // Upstream TestMergePlugins, on the filter and multiPoint sets.
+        let d12 = pset(&[("DefaultPlugin1", 0), ("DefaultPlugin2", 0)], &[]);
+        let p123 = pset(&[("Plugin1", 0), ("Plugin2", 0), ("Plugin3", 0)], &[]);
+        let cases: Vec<(&str, PluginSet, PluginSet, PluginSet)> = vec![
+            (
+                "append custom plugin",
+                d12.clone(),
+                pset(&[("CustomPlugin", 0)], &[]),
+                pset(
+                    &[
+                        ("DefaultPlugin1", 0),
+                        ("DefaultPlugin2", 0),
+                        ("CustomPlugin", 0),
+                    ],
+                    &[],
+                ),
+            ),
+            (
+                "insert after default plugin 2",
+                d12.clone(),
+                pset(
+                    &[("CustomPlugin", 0), ("DefaultPlugin2", 0)],
+                    &["DefaultPlugin2"],
+                ),
+                pset(
+                    &[
+                        ("DefaultPlugin1", 0),
+                        ("CustomPlugin", 0),
+                        ("DefaultPlugin2", 0),
+                    ],
+                    &["DefaultPlugin2"],
+                ),
+            ),
+            (
+                "insert before all plugins",
+                d12.clone(),
+                pset(
+                    &[
+                        ("CustomPlugin", 0),
+                        ("DefaultPlugin1", 0),
+                        ("DefaultPlugin2", 0),
+                    ],
+                    &["*"],
+                ),
+                pset(
+                    &[
+                        ("CustomPlugin", 0),
+                        ("DefaultPlugin1", 0),
+                        ("DefaultPlugin2", 0),
+                    ],
+                    &["*"],
+                ),
+            ),
+            (
+                "reorder default plugins",
+                d12.clone(),
+                pset(&[("DefaultPlugin2", 0), ("DefaultPlugin1", 0)], &["*"]),
+                pset(&[("DefaultPlugin2", 0), ("DefaultPlugin1", 0)], &["*"]),
+            ),
+            (
+                "custom plugin overrides default plugin",
+                p123.clone(),
+                pset(&[("Plugin1", 2), ("Plugin3", 3)], &[]),
+                pset(&[("Plugin1", 2), ("Plugin2", 0), ("Plugin3", 3)], &[]),
+            ),
+            (
+                "order preserved after override",
+                p123.clone(),
+                pset(&[("Plugin2", 2), ("Plugin1", 1)], &[]),
+                pset(&[("Plugin1", 1), ("Plugin2", 2), ("Plugin3", 0)], &[]),
+            ),
+            (
+                "repeated custom plugin",
+                p123.clone(),
+                pset(
+                    &[
+                        ("Plugin1", 0),
+                        ("Plugin2", 2),
+                        ("Plugin3", 0),
+                        ("Plugin2", 4),
+                    ],
+                    &[],
+                ),
+                pset(
+                    &[
+                        ("Plugin1", 0),
+                        ("Plugin2", 4),
+                        ("Plugin3", 0),
+                        ("Plugin2", 2),
+                    ],
+                    &[],
+                ),
+            ),
+        ];
+        for (name, defaults, custom, want) in cases {
+            let defaults = Plugins {
+                filter: defaults,
+                ..Plugins::default()
+            };
+            let custom = Plugins {
+                filter: custom,
+                ..Plugins::default()
+            };
+            let got = Plugins::merge(&defaults, Some(&custom));
+            assert_eq!(got.filter, want, "{name}");
+            assert_eq!(
+                Plugins::merge(&defaults, None),
+                defaults,
+                "{name}: no custom plugins"
+            );
+        }
+
+        // MultiPoint: disabled entries are kept so expansion can skip those plugins.
+        let defaults = Plugins {
+            multi_point: pset(&[("DefaultPlugin1", 0), ("DefaultPlugin2", 0)], &[]),
+            ..Plugins::default()
+        };
+        let custom = Plugins {
+            multi_point: pset(
+                &[("CustomPlugin", 0), ("CustomPlugin2", 0)],
+                &["DefaultPlugin2"],
+            ),
+            score: pset(&[], &["CustomPlugin2"]),
+            ..Plugins::default()
+        };
+        let got = Plugins::merge(&defaults, Some(&custom));
+        assert_eq!(
+            got.multi_point,
+            pset(
+                &[
+                    ("DefaultPlugin1", 0),
+                    ("CustomPlugin", 0),
+                    ("CustomPlugin2", 0)
+                ],
+                &["DefaultPlugin2"]
+            )
+        );
+        assert_eq!(got.score, pset(&[], &["CustomPlugin2"]));
+        let custom = Plugins {
+            multi_point: pset(&[], &["DefaultPlugin1", "DefaultPlugin2"]),
+            ..Plugins::default()
+        };
+        assert_eq!(
+            Plugins::merge(&defaults, Some(&custom)).multi_point,
+            pset(&[], &["DefaultPlugin1", "DefaultPlugin2"])
+        );
+    }
+
+    // ----- strict decoding -----
+
+    #[test]
+    fn decoding_errors_match_kubernetes_strict_decoding() {
+        let cases: Vec<(&str, String, &str)> = vec![
+            (
+                "unknown top-level field",
+                yaml("parallelism: 2\nfoo: 1\n"),
+                "strict decoding error: unknown field \"foo\"",
+            ),
+            (
+                "field names are case-sensitive",
+                yaml("Parallelism: 2\n"),
+                "strict decoding error: unknown field \"Parallelism\"",
+            ),
+            (
+                "unknown nested fields are named by path, in document order",
+                yaml(
+                    "profiles:\n- schedulerName: a\n  plugins:\n    score:\n      enabled:\n      - name: X\n        wieght: 2\n  bogus: true\nleaderElection:\n  leaseDurationSeconds: 3\n",
+                ),
+                "strict decoding error: unknown field \"profiles[0].plugins.score.enabled[0].wieght\", unknown field \"profiles[0].bogus\", unknown field \"leaderElection.leaseDurationSeconds\"",
+            ),
+            (
+                "unknown extension point",
+                yaml("profiles:\n- plugins:\n    normalizeScore: {}\n"),
+                "strict decoding error: unknown field \"profiles[0].plugins.normalizeScore\"",
+            ),
+            (
+                "duplicate field",
+                yaml("parallelism: 2\nparallelism: 3\n"),
+                "strict decoding error: duplicate field \"parallelism\"",
+            ),
+            (
+                "duplicate field in json",
+                format!(r#"{{"apiVersion":"{API_VERSION}","kind":"{KIND}","profiles":[{{"schedulerName":"a","schedulerName":"b"}}]}}"#),
+                "strict decoding error: duplicate field \"profiles[0].schedulerName\"",
+            ),
+            (
+                "string for an integer",
+                yaml("parallelism: \"16\"\n"),
+                "json: cannot unmarshal string into Go struct field KubeSchedulerConfiguration.parallelism of type int32",
+            ),
+            (
+                "nested type error names the innermost struct",
+                yaml("profiles:\n- plugins:\n    score:\n      enabled:\n      - name: X\n        weight: heavy\n"),
+                "json: cannot unmarshal string into Go struct field Plugin.profiles.plugins.score.enabled.weight of type int32",
+            ),
+            (
+                "object for a list",
+                yaml("profiles:\n  schedulerName: a\n"),
+                "json: cannot unmarshal object into Go struct field KubeSchedulerConfiguration.profiles of type []v1.KubeSchedulerProfile",
+            ),
+            (
+                "out of range int32",
+                yaml("parallelism: 3000000000\n"),
+                "json: cannot unmarshal number 3000000000 into Go struct field KubeSchedulerConfiguration.parallelism of type int32",
+            ),
+            (
+                "fraction for an integer",
+                yaml("podMaxBackoffSeconds: 1.5\n"),
+                "json: cannot unmarshal number 1.5 into Go struct field KubeSchedulerConfiguration.podMaxBackoffSeconds of type int64",
+            ),
+            (
+                "bad duration",
+                yaml("leaderElection:\n  renewDeadline: ten\n"),
+                "time: invalid duration \"ten\"",
+            ),
+            (
+                "duration without unit",
+                yaml("leaderElection:\n  renewDeadline: \"10\"\n"),
+                "time: missing unit in duration \"10\"",
+            ),
+            (
+                "wrong kind",
+                format!("apiVersion: {API_VERSION}\nkind: KubeProxyConfiguration\n"),
+                "no kind \"KubeProxyConfiguration\" is registered for version \"kubescheduler.config.k8s.io/v1\" in scheme \"k8s.io/kubernetes/pkg/scheduler/apis/config/scheme/scheme.go:30\"",
+            ),
+            (
+                "removed version",
+                format!("apiVersion: kubescheduler.config.k8s.io/v1beta3\nkind: {KIND}\n"),
+                "no kind \"KubeSchedulerConfiguration\" is registered for version \"kubescheduler.config.k8s.io/v1beta3\" in scheme \"k8s.io/kubernetes/pkg/scheduler/apis/config/scheme/scheme.go:30\"",
+            ),
+            (
+                "missing kind",
+                format!("apiVersion: {API_VERSION}\n"),
+                "Object 'Kind' is missing in '{\"apiVersion\":\"kubescheduler.config.k8s.io/v1\"}'",
+            ),
+            (
+                "missing apiVersion",
+                format!("kind: {KIND}\n"),
+                "Object 'apiVersion' is missing in '{\"kind\":\"KubeSchedulerConfiguration\"}'",
+            ),
+            ("empty file", String::new(), "Object 'Kind' is missing in 'null'"),
+        ];
+        for (name, input, want) in cases {
+            assert_eq!(decode(&input), Err(want.to_string()), "{name}");
+        }
+    }
+
+    #[test]
+    fn malformed_documents_are_errors_not_panics() {
+        for input in [
+            "apiVersion: [\n",
+            "- a\n- b\n",
+            "{\"apiVersion\": ",
+            "apiVersion: 5\nkind: x\n",
+            "\u{0}\u{1}",
+        ] {
+            assert!(decode(input).is_err(), "{input:?}");
+        }
+        assert!(decode("- a\n").unwrap_err().starts_with(
+            "couldn't get version/kind; json parse error: json: cannot unmarshal array"
+        ));
+        assert!(decode("a: [\n")
+            .unwrap_err()
+            .starts_with("error converting YAML to JSON: yaml: "));
+    }
+
+    #[test]
+    fn plugin_args_are_not_checked_by_the_configuration_decoder() {
+        let cfg = decoded(
+            "profiles:\n- pluginConfig:\n  - name: NodeResourcesFit\n    args:\n      anything: [1, 2]\n",
+        );
+        assert_eq!(cfg.profiles[0].plugin_config[0].name, "NodeResourcesFit");
+        assert_eq!(
+            cfg.profiles[0].plugin_config[0].args,
+            serde_json::json!({"anything": [1, 2]})
+        );
+    }
+
+    // ----- validation -----
+
+    #[test]
+    fn validation_errors_name_the_field_as_upstream_does() {
+        let was_invalid = "was invalid in version \"kubescheduler.config.k8s.io/v1\" (KubeSchedulerConfiguration is version \"kubescheduler.config.k8s.io/v1\")";
+        let cases: Vec<(&str, &str, String)> = vec![
+            (
+                "non-positive parallelism",
+                "parallelism: 0\n",
+                "parallelism: Invalid value: 0: should be an integer value greater than zero".into(),
+            ),
+            (
+                "percentage over 100",
+                "percentageOfNodesToScore: 110\n",
+                "percentageOfNodesToScore: Invalid value: 110: not in valid range [0-100]".into(),
+            ),
+            (
+                "negative profile percentage",
+                "profiles:\n- percentageOfNodesToScore: -1\n",
+                "profiles[0].percentageOfNodesToScore: Invalid value: -1: not in valid range [0-100]".into(),
+            ),
+            (
+                "zero initial backoff",
+                "podInitialBackoffSeconds: 0\n",
+                "podInitialBackoffSeconds: Invalid value: 0: must be greater than 0".into(),
+            ),
+            (
+                "max backoff below initial",
+                "podInitialBackoffSeconds: 2\npodMaxBackoffSeconds: 1\n",
+                "podMaxBackoffSeconds: Invalid value: 1: must be greater than or equal to PodInitialBackoffSeconds".into(),
+            ),
+            (
+                "negative burst",
+                "clientConnection:\n  burst: -1\n",
+                "clientConnection.burst: Invalid value: -1: must be non-negative".into(),
+            ),
+            (
+                "lease not longer than renew deadline",
+                "leaderElection:\n  leaseDuration: 10s\n",
+                "leaderElection.leaseDuration: Invalid value: 10s: LeaseDuration must be greater than RenewDeadline".into(),
+            ),
+            (
+                "negative retry period",
+                "leaderElection:\n  retryPeriod: -1.5s\n",
+                "leaderElection.retryPeriod: Invalid value: -1.5s: must be greater than zero".into(),
+            ),
+            (
+                "endpoints lock",
+                "leaderElection:\n  resourceLock: endpoints\n",
+                "leaderElection.resourceLock: Invalid value: \"endpoints\": resourceLock value must be \"leases\"".into(),
+            ),
+            (
+                "second profile without a name",
+                "profiles:\n- schedulerName: a\n- percentageOfNodesToScore: 5\n",
+                "profiles[1].schedulerName: Required value".into(),
+            ),
+            (
+                "duplicate scheduler name",
+                "profiles:\n- schedulerName: a\n- schedulerName: a\n",
+                "profiles[1].schedulerName: Duplicate value: \"profiles[0].schedulerName\"".into(),
+            ),
+            (
+                "duplicate plugin config",
+                "profiles:\n- pluginConfig:\n  - name: NodeAffinity\n  - name: NodeAffinity\n",
+                "profiles[0].pluginConfig[1]: Duplicate value: \"NodeAffinity\"".into(),
+            ),
+            (
+                "different queue sort sets",
+                "profiles:\n- schedulerName: a\n- schedulerName: b\n  plugins:\n    queueSort:\n      enabled:\n      - name: OtherSort\n      disabled:\n      - name: \"*\"\n",
+                "profiles[1].plugins.queueSort: Invalid value: config.PluginSet{Enabled:[]config.Plugin{config.Plugin{Name:\"OtherSort\", Weight:0}}, Disabled:[]config.Plugin{config.Plugin{Name:\"*\", Weight:0}}}: must be the same for all profiles".into(),
+            ),
+            (
+                "two queue sort plugins",
+                "profiles:\n- plugins:\n    queueSort:\n      enabled:\n      - name: PrioritySort\n      - name: OtherSort\n",
+                "profiles[0].plugins.queueSort.Enabled: Invalid value: 2: only one queue sort plugin can be enabled".into(),
+            ),
+            (
+                "removed plugin enabled",
+                "profiles:\n- plugins:\n    filter:\n      enabled:\n      - name: EBSLimits\n",
+                format!("profiles[0].plugins.filter.enabled[0]: Invalid value: \"EBSLimits\": {was_invalid}"),
+            ),
+            (
+                "removed plugin configured",
+                "profiles:\n- pluginConfig:\n  - name: GCEPDLimits\n",
+                format!("profiles[0].pluginConfig[0]: Invalid value: \"GCEPDLimits\": {was_invalid}"),
+            ),
+            (
+                "plugin args error with a field path",
+                "profiles:\n- pluginConfig:\n  - name: Picky\n    args:\n      mode: path\n",
+                "profiles[0].pluginConfig[0].args.scoringStrategy.type: Unsupported value: \"X\"".into(),
+            ),
+            (
+                "plugin args error without a field path",
+                "profiles:\n- pluginConfig:\n  - name: Picky\n    args:\n      mode: other\n",
+                "profiles[0].pluginConfig[0].args: unknown field `mode`, expected `scoringStrategy`".into(),
+            ),
+            (
+                "extenders",
+                "extenders:\n- urlPrefix: http://127.0.0.1:8888\n  filterVerb: filter\n",
+                "extenders: Forbidden: scheduler extenders are not supported".into(),
+            ),
+            (
+                "several errors are aggregated",
+                "parallelism: -1\npercentageOfNodesToScore: -5\n",
+                "[parallelism: Invalid value: -1: should be an integer value greater than zero, percentageOfNodesToScore: Invalid value: -5: not in valid range [0-100]]".into(),
+            ),
+        ];
+        for (name, body, want) in cases {
+            assert_eq!(validation_error(body), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn valid_configurations_pass_validation() {
+        for body in [
+            "",
+            "leaderElection:\n  leaderElect: false\n  leaseDuration: -5s\n  resourceLock: endpoints\n",
+            "profiles:\n- schedulerName: a\n- schedulerName: b\n  percentageOfNodesToScore: 100\n",
+            "profiles:\n- pluginConfig:\n  - name: Picky\n  - name: OutOfTree\n    args: {x: 1}\n",
+            "podInitialBackoffSeconds: 5\npodMaxBackoffSeconds: 5\nextenders: []\n",
+            "profiles:\n- plugins:\n    score:\n      enabled:\n      - name: ImageLocality\n        weight: 0\n",
+        ] {
+            let cfg = decoded(body);
+            assert_eq!(validate_with(&cfg, &registry()), Ok(()), "{body}");
+        }
+    }
+
+    #[test]
+    fn parse_decodes_and_validates() {
+        assert_eq!(
+            parse(&yaml("parallelism: 0\n")),
+            Err(
+                "parallelism: Invalid value: 0: should be an integer value greater than zero"
+                    .into()
+            )
+        );
+        assert_eq!(parse(&yaml("")), Ok(default_config()));
+        assert!(
+            load(std::path::Path::new("/nonexistent/capstan-scheduler.yaml"))
+                .unwrap_err()
+                .starts_with("open /nonexistent/capstan-scheduler.yaml: ")
+        );
+    }
+
+    // ----- building profiles -----
+
+    #[test]
+    fn default_profile_has_the_v1_32_plugins_at_every_point_in_order() {
+        let fws = built("");
+        assert_eq!(fws.len(), 1);
+        let fw = &fws[0];
+        assert_eq!(fw.scheduler_name, DEFAULT_SCHEDULER_NAME);
+        assert_eq!(fw.percentage_of_nodes_to_score, None);
+        let want: Vec<(&str, Vec<&str>)> = vec![
+            ("preEnqueue", vec!["SchedulingGates"]),
+            ("queueSort", vec!["PrioritySort"]),
+            (
+                "preFilter",
+                vec![
+                    "NodeAffinity",
+                    "NodePorts",
+                    "NodeResourcesFit",
+                    "VolumeRestrictions",
+                    "PodTopologySpread",
+                    "InterPodAffinity",
+                ],
+            ),
+            (
+                "filter",
+                vec![
+                    "NodeUnschedulable",
+                    "NodeName",
+                    "TaintToleration",
+                    "NodeAffinity",
+                    "NodePorts",
+                    "NodeResourcesFit",
+                    "VolumeRestrictions",
+                    "PodTopologySpread",
+                    "InterPodAffinity",
+                ],
+            ),
+            ("postFilter", vec!["DefaultPreemption"]),
+            (
+                "preScore",
+                vec![
+                    "TaintToleration",
+                    "NodeAffinity",
+                    "NodeResourcesFit",
+                    "PodTopologySpread",
+                    "InterPodAffinity",
+                    "NodeResourcesBalancedAllocation",
+                ],
+            ),
+            (
+                "score",
+                vec![
+                    "TaintToleration",
+                    "NodeAffinity",
+                    "NodeResourcesFit",
+                    "PodTopologySpread",
+                    "InterPodAffinity",
+                    "NodeResourcesBalancedAllocation",
+                    "ImageLocality",
+                ],
+            ),
+            ("reserve", vec![]),
+            ("permit", vec![]),
+            ("bind", vec!["DefaultBinder"]),
+        ];
+        assert_eq!(points(fw), want);
+        assert_eq!(
+            weighted(&fw.score),
+            vec![
+                ("TaintToleration", 3),
+                ("NodeAffinity", 2),
+                ("NodeResourcesFit", 1),
+                ("PodTopologySpread", 2),
+                ("InterPodAffinity", 2),
+                ("NodeResourcesBalancedAllocation", 1),
+                ("ImageLocality", 1),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_plugin_is_built_once_and_shared_by_its_extension_points() {
+        let fw = &built("")[0];
+        let at = |list: &[Enabled], name: &str| -> Option<Arc<dyn Plugin>> {
+            list.iter()
+                .find(|e| e.plugin.name() == name)
+                .map(|e| e.plugin.clone())
+        };
+        let (Some(a), Some(b), Some(c), Some(d)) = (
+            at(&fw.pre_filter, "NodeAffinity"),
+            at(&fw.filter, "NodeAffinity"),
+            at(&fw.pre_score, "NodeAffinity"),
+            at(&fw.score, "NodeAffinity"),
+        ) else {
+            panic!("NodeAffinity missing at a point");
+        };
+        assert!(Arc::ptr_eq(&a, &b) && Arc::ptr_eq(&b, &c) && Arc::ptr_eq(&c, &d));
+        assert_eq!(fw.plugins().len(), plugins::DEFAULT_PLUGINS.len());
+    }
+
+    #[test]
+    fn disabling_every_score_plugin_keeps_only_the_explicit_ones() {
+        let fw = &built(
+            "profiles:\n- plugins:\n    score:\n      disabled:\n      - name: \"*\"\n      enabled:\n      - name: ImageLocality\n        weight: 5\n",
+        )[0];
+        assert_eq!(weighted(&fw.score), vec![("ImageLocality", 5)]);
+        // Other points still get the multiPoint defaults.
+        assert_eq!(names(&fw.pre_score).len(), 6);
+        assert_eq!(names(&fw.filter).len(), 9);
+
+        let fw =
+            &built("profiles:\n- plugins:\n    score:\n      disabled:\n      - name: \"*\"\n")[0];
+        assert!(fw.score.is_empty());
+    }
+
+    #[test]
+    fn custom_weights_follow_upstream_precedence() {
+        type Case = (&'static str, &'static str, Vec<(&'static str, i64)>);
+        let cases: Vec<Case> = vec![
+            (
+                "explicit score entry moves first and sets the weight",
+                "score:\n      enabled:\n      - name: NodeResourcesFit\n        weight: 7\n",
+                vec![
+                    ("NodeResourcesFit", 7),
+                    ("TaintToleration", 3),
+                    ("NodeAffinity", 2),
+                    ("PodTopologySpread", 2),
+                    ("InterPodAffinity", 2),
+                    ("NodeResourcesBalancedAllocation", 1),
+                    ("ImageLocality", 1),
+                ],
+            ),
+            (
+                "explicit entry without weight means 1, not the multiPoint weight",
+                "score:\n      enabled:\n      - name: TaintToleration\n",
+                vec![
+                    ("TaintToleration", 1),
+                    ("NodeAffinity", 2),
+                    ("NodeResourcesFit", 1),
+                    ("PodTopologySpread", 2),
+                    ("InterPodAffinity", 2),
+                    ("NodeResourcesBalancedAllocation", 1),
+                    ("ImageLocality", 1),
+                ],
+            ),
+            (
+                "multiPoint weight replaces the default in place",
+                "multiPoint:\n      enabled:\n      - name: ImageLocality\n        weight: 4\n      - name: TaintToleration\n        weight: 9\n",
+                vec![
+                    ("TaintToleration", 9),
+                    ("NodeAffinity", 2),
+                    ("NodeResourcesFit", 1),
+                    ("PodTopologySpread", 2),
+                    ("InterPodAffinity", 2),
+                    ("NodeResourcesBalancedAllocation", 1),
+                    ("ImageLocality", 4),
+                ],
+            ),
+            (
+                "disabled at score only",
+                "score:\n      disabled:\n      - name: NodeAffinity\n      - name: ImageLocality\n",
+                vec![
+                    ("TaintToleration", 3),
+                    ("NodeResourcesFit", 1),
+                    ("PodTopologySpread", 2),
+                    ("InterPodAffinity", 2),
+                    ("NodeResourcesBalancedAllocation", 1),
+                ],
+            ),
+        ];
+        for (name, plugins, want) in cases {
+            let fw = &built(&format!("profiles:\n- plugins:\n    {plugins}"))[0];
+            assert_eq!(weighted(&fw.score), want, "{name}");
+        }
+        // A plugin disabled at score still filters.
+        let fw = &built(
+            "profiles:\n- plugins:\n    score:\n      disabled:\n      - name: NodeAffinity\n",
+        )[0];
+        assert!(names(&fw.filter).contains(&"NodeAffinity"));
+        assert!(names(&fw.pre_score).contains(&"NodeAffinity"));
+    }
+
+    #[test]
+    fn disabling_a_plugin_in_multi_point_removes_it_everywhere() {
+        let fw = &built(
+            "profiles:\n- plugins:\n    multiPoint:\n      disabled:\n      - name: NodePorts\n      - name: ImageLocality\n",
+        )[0];
+        let all: Vec<&str> = points(fw).into_iter().flat_map(|(_, n)| n).collect();
+        assert!(!all.contains(&"NodePorts") && !all.contains(&"ImageLocality"));
+        assert!(all.contains(&"NodeResourcesFit"));
+    }
+
+    #[test]
+    fn two_profiles_are_built_independently() {
+        let fws = built(
+            "profiles:\n- schedulerName: default-scheduler\n- schedulerName: no-scoring\n  percentageOfNodesToScore: 30\n  plugins:\n    preScore:\n      disabled:\n      - name: \"*\"\n    score:\n      disabled:\n      - name: \"*\"\n",
+        );
+        assert_eq!(fws.len(), 2);
+        assert_eq!(fws[0].scheduler_name, "default-scheduler");
+        assert_eq!(fws[1].scheduler_name, "no-scoring");
+        assert_eq!(fws[1].percentage_of_nodes_to_score, Some(30));
+        assert_eq!(fws[0].score.len(), 7);
+        assert!(fws[1].score.is_empty() && fws[1].pre_score.is_empty());
+        assert_eq!(names(&fws[1].filter), names(&fws[0].filter));
+        // Separate instances per profile.
+        assert!(!Arc::ptr_eq(
+            &fws[0].filter[0].plugin,
+            &fws[1].filter[0].plugin
+        ));
+    }
+
+    /// Upstream TestNewFrameworkMultiPointExpansion, on internal plugin sets (no defaults).
+    #[test]
+    fn multi_point_expansion_matches_upstream() {
+        let tp = "TestPlugin";
+        let all_points_tp = |pre_score: Vec<&'static str>, score: Vec<(&'static str, i64)>| {
+            (
+                vec![
+                    ("preEnqueue", vec![]),
+                    ("queueSort", vec![tp]),
+                    ("preFilter", vec![tp]),
+                    ("filter", vec![tp]),
+                    ("postFilter", vec![tp]),
+                    ("preScore", pre_score),
+                    ("score", score.iter().map(|s| s.0).collect()),
+                    ("reserve", vec![tp]),
+                    ("permit", vec![tp]),
+                    ("bind", vec![tp]),
+                ],
+                score,
+            )
+        };
+        type Want = (
+            Vec<(&'static str, Vec<&'static str>)>,
+            Vec<(&'static str, i64)>,
+        );
+        let cases: Vec<(&str, Plugins, Result<Want, &str>)> = vec![
+            (
+                "plugin expansion",
+                Plugins {
+                    multi_point: pset(&[(tp, 5)], &[]),
+                    ..Plugins::default()
+                },
+                Ok(all_points_tp(vec![tp], vec![(tp, 5)])),
+            ),
+            (
+                "disable MultiPoint plugin at some extension points",
+                Plugins {
+                    multi_point: pset(&[(tp, 0)], &[]),
+                    pre_score: pset(&[], &[tp]),
+                    score: pset(&[], &[tp]),
+                    ..Plugins::default()
+                },
+                Ok(all_points_tp(vec![], vec![])),
+            ),
+            (
+                "multiple MultiPoint plugins",
+                Plugins {
+                    multi_point: pset(&[(tp, 0), ("ScorePlugin1", 0)], &[]),
+                    ..Plugins::default()
+                },
+                Ok(all_points_tp(
+                    vec![tp, "ScorePlugin1"],
+                    vec![(tp, 1), ("ScorePlugin1", 1)],
+                )),
+            ),
+            (
+                "disable MultiPoint extension",
+                Plugins {
+                    multi_point: pset(&[(tp, 0), ("ScorePlugin1", 0)], &[]),
+                    pre_score: pset(&[], &["*"]),
+                    ..Plugins::default()
+                },
+                Ok(all_points_tp(vec![], vec![(tp, 1), ("ScorePlugin1", 1)])),
+            ),
+            (
+                "reorder MultiPoint plugins (specified extension takes precedence)",
+                Plugins {
+                    multi_point: pset(
+                        &[("ScoreWithNormalizePlugin1", 0), (tp, 0), ("ScorePlugin1", 0)],
+                        &[],
+                    ),
+                    score: pset(&[("ScorePlugin1", 0), (tp, 0)], &[]),
+                    ..Plugins::default()
+                },
+                Ok(all_points_tp(
+                    vec![tp, "ScorePlugin1"],
+                    vec![("ScorePlugin1", 1), (tp, 1), ("ScoreWithNormalizePlugin1", 1)],
+                )),
+            ),
+            (
+                "reorder MultiPoint plugins (specified extension only takes precedence when it exists in MultiPoint)",
+                Plugins {
+                    multi_point: pset(&[(tp, 0), ("ScorePlugin1", 0)], &[]),
+                    score: pset(
+                        &[("ScoreWithNormalizePlugin1", 0), ("ScorePlugin1", 0), (tp, 0)],
+                        &[],
+                    ),
+                    ..Plugins::default()
+                },
+                Ok(all_points_tp(
+                    vec![tp, "ScorePlugin1"],
+                    vec![("ScorePlugin1", 1), (tp, 1), ("ScoreWithNormalizePlugin1", 1)],
+                )),
+            ),
+            (
+                "override MultiPoint plugins weights",
+                Plugins {
+                    multi_point: pset(&[(tp, 0), ("ScorePlugin1", 0)], &[]),
+                    score: pset(&[("ScorePlugin1", 5), (tp, 3)], &[]),
+                    ..Plugins::default()
+                },
+                Ok(all_points_tp(
+                    vec![tp, "ScorePlugin1"],
+                    vec![("ScorePlugin1", 5), (tp, 3)],
+                )),
+            ),
+            (
+                "disable and enable MultiPoint plugins with '*'",
+                Plugins::merge(
+                    &Plugins::default(),
+                    Some(&Plugins {
+                        multi_point: pset(
+                            &[("QueueSortPlugin", 0), ("BindPlugin", 0), ("ScorePlugin1", 0)],
+                            &["*"],
+                        ),
+                        ..Plugins::default()
+                    }),
+                ),
+                Ok((
+                    vec![
+                        ("preEnqueue", vec![]),
+                        ("queueSort", vec!["QueueSortPlugin"]),
+                        ("preFilter", vec![]),
+                        ("filter", vec![]),
+                        ("postFilter", vec![]),
+                        ("preScore", vec!["ScorePlugin1"]),
+                        ("score", vec!["ScorePlugin1"]),
+                        ("reserve", vec![]),
+                        ("permit", vec![]),
+                        ("bind", vec!["BindPlugin"]),
+                    ],
+                    vec![("ScorePlugin1", 1)],
+                )),
+            ),
+            (
+                "expect 'already registered' error",
+                Plugins {
+                    multi_point: pset(&[(tp, 0), (tp, 0)], &[]),
+                    ..Plugins::default()
+                },
+                Err("plugin \"TestPlugin\" already registered as \"PreFilterPlugin\""),
+            ),
+            (
+                "override MultiPoint plugins weights and avoid a plugin being loaded multiple times",
+                Plugins {
+                    multi_point: pset(&[(tp, 0), ("ScorePlugin1", 0)], &[]),
+                    score: pset(&[("ScorePlugin1", 5), ("ScorePlugin2", 5), (tp, 3)], &[]),
+                    ..Plugins::default()
+                },
+                Ok(all_points_tp(
+                    vec![tp, "ScorePlugin1"],
+                    vec![("ScorePlugin1", 5), (tp, 3), ("ScorePlugin2", 5)],
+                )),
+            ),
+        ];
+        for (name, plugins, want) in cases {
+            let profile = Profile {
+                scheduler_name: "p".into(),
+                percentage_of_nodes_to_score: None,
+                plugins,
+                plugin_config: Vec::new(),
+            };
+            let got =
+                new_framework(&profile, &registry()).map(|fw| (points(&fw), weighted(&fw.score)));
+            assert_eq!(got, want.map_err(String::from), "{name}");
+        }
+    }
+
+    #[test]
+    fn building_errors_use_upstream_wording() {
+        let cases: Vec<(&str, &str, String)> = vec![
+            (
+                "unknown plugin at an extension point",
+                "profiles:\n- plugins:\n    filter:\n      enabled:\n      - name: Foo\n",
+                "creating profile for scheduler name default-scheduler: FilterPlugin \"Foo\" does not exist".into(),
+            ),
+            (
+                "unknown plugin in multiPoint",
+                "profiles:\n- plugins:\n    multiPoint:\n      enabled:\n      - name: Foo\n",
+                "creating profile for scheduler name default-scheduler: PreFilterPlugin \"Foo\" does not exist".into(),
+            ),
+            (
+                "plugin enabled at a point it does not extend",
+                "profiles:\n- plugins:\n    filter:\n      enabled:\n      - name: ImageLocality\n",
+                "creating profile for scheduler name default-scheduler: plugin \"ImageLocality\" does not extend FilterPlugin plugin".into(),
+            ),
+            (
+                "no trait for preBind yet",
+                "profiles:\n- plugins:\n    preBind:\n      enabled:\n      - name: DefaultBinder\n",
+                "creating profile for scheduler name default-scheduler: plugin \"DefaultBinder\" does not extend PreBindPlugin plugin".into(),
+            ),
+            (
+                "plugin enabled twice at a point",
+                "profiles:\n- plugins:\n    filter:\n      enabled:\n      - name: NodeName\n      - name: NodeName\n",
+                "creating profile for scheduler name default-scheduler: plugin \"NodeName\" already registered as \"FilterPlugin\"".into(),
+            ),
+            (
+                "no queue sort",
+                "profiles:\n- plugins:\n    queueSort:\n      disabled:\n      - name: \"*\"\n",
+                "creating profile for scheduler name default-scheduler: only one queue sort plugin required for profile with scheduler name \"default-scheduler\", but got 0".into(),
+            ),
+            (
+                "two queue sorts through multiPoint",
+                "profiles:\n- plugins:\n    multiPoint:\n      enabled:\n      - name: OtherSort\n",
+                "creating profile for scheduler name default-scheduler: only one queue sort plugin required for profile with scheduler name \"default-scheduler\", but got 2".into(),
+            ),
+            (
+                "no binder",
+                "profiles:\n- plugins:\n    multiPoint:\n      disabled:\n      - name: DefaultBinder\n",
+                "creating profile for scheduler name default-scheduler: at least one bind plugin is needed for profile with scheduler name \"default-scheduler\"".into(),
+            ),
+            (
+                "queue sort differs only after expansion",
+                "profiles:\n- schedulerName: a\n- schedulerName: b\n  plugins:\n    multiPoint:\n      enabled:\n      - name: OtherSort\n      disabled:\n      - name: PrioritySort\n",
+                "different queue sort plugins for profile \"b\": \"OtherSort\", first: \"PrioritySort\"".into(),
+            ),
+        ];
+        for (name, body, want) in cases {
+            match build(body) {
+                Ok(_) => panic!("{name}: expected an error"),
+                Err(e) => assert_eq!(e, want, "{name}"),
+            }
+        }
+    }
+
+    #[test]
+    fn plugin_constructor_errors_when_building_name_the_plugin() {
+        let mut cfg =
+            decoded("profiles:\n- plugins:\n    filter:\n      enabled:\n      - name: Picky\n");
+        cfg.profiles[0].plugin_config.push(PluginConfig {
+            name: "Picky".into(),
+            args: serde_json::json!({"mode": "path"}),
+        });
+        assert_eq!(
+            build_profiles_with(&cfg, &registry()).err(),
+            Some("creating profile for scheduler name default-scheduler: initializing plugin \"Picky\": scoringStrategy.type: Unsupported value: \"X\"".into())
+        );
+        // With valid args the plugin gets them and is placed after the multiPoint plugins.
+        cfg.profiles[0].plugin_config[0].args = Value::Null;
+        let fws = build_profiles_with(&cfg, &registry());
+        let filter = fws.map(|f| names(&f[0].filter)).unwrap_or_default();
+        assert_eq!(filter.last(), Some(&"Picky"));
+    }
+
+    #[test]
+    fn in_tree_registry_builds_the_default_profile() {
+        // Whatever extension points the in-tree plugins implement today, each point holds
+        // plugins that implement it, in the default order, with the default weights.
+        let fws = match build_profiles(&default_config()) {
+            Ok(f) => f,
+            Err(e) => panic!("{e}"),
+        };
+        let fw = &fws[0];
+        assert_eq!(
+            fw.queue_sort.as_ref().map(|e| e.plugin.name()),
+            Some("PrioritySort")
+        );
+        assert_eq!(names(&fw.bind), vec!["DefaultBinder"]);
+        let order: Vec<&str> = plugins::DEFAULT_PLUGINS.iter().map(|p| p.0).collect();
+        let lists: Vec<(ExtensionPoint, &[Enabled])> = vec![
+            (ExtensionPoint::PreEnqueue, &fw.pre_enqueue),
+            (ExtensionPoint::PreFilter, &fw.pre_filter),
+            (ExtensionPoint::Filter, &fw.filter),
+            (ExtensionPoint::PostFilter, &fw.post_filter),
+            (ExtensionPoint::PreScore, &fw.pre_score),
+            (ExtensionPoint::Score, &fw.score),
+            (ExtensionPoint::Reserve, &fw.reserve),
+            (ExtensionPoint::Permit, &fw.permit),
+        ];
+        for (ep, list) in lists {
+            let positions: Vec<usize> = list
+                .iter()
+                .map(|e| {
+                    order
+                        .iter()
+                        .position(|n| *n == e.plugin.name())
+                        .unwrap_or(usize::MAX)
+                })
+                .collect();
+            assert!(
+                positions.windows(2).all(|w| w[0] < w[1]),
+                "{ep:?}: {positions:?}"
+            );
+            assert!(
+                list.iter().all(|e| ep.implemented_by(e.plugin.as_ref())),
+                "{ep:?}"
+            );
+        }
+        for e in &fw.score {
+            let default = plugins::DEFAULT_PLUGINS
+                .iter()
+                .find(|p| p.0 == e.plugin.name())
+                .map(|p| p.1.max(1));
+            assert_eq!(Some(e.weight), default, "{}", e.plugin.name());
+        }
+    }
+
+    // ----- durations -----
+
+    #[test]
+    fn go_durations_parse_and_print_like_go() {
+        let cases: Vec<(&str, i64, &str)> = vec![
+            ("15s", 15_000_000_000, "15s"),
+            ("0", 0, "0s"),
+            ("1m30s", 90_000_000_000, "1m30s"),
+            ("90s", 90_000_000_000, "1m30s"),
+            ("1h", 3_600_000_000_000, "1h0m0s"),
+            ("1.5s", 1_500_000_000, "1.5s"),
+            ("100ms", 100_000_000, "100ms"),
+            ("2us", 2_000, "2\u{b5}s"),
+            ("1500ns", 1_500, "1.5\u{b5}s"),
+            ("-1.5s", -1_500_000_000, "-1.5s"),
+            ("+2h45m", 9_900_000_000_000, "2h45m0s"),
+            (".5m", 30_000_000_000, "30s"),
+        ];
+        for (text, nanos, printed) in cases {
+            assert_eq!(GoDuration::parse(text), Ok(GoDuration(nanos)), "{text}");
+            assert_eq!(GoDuration(nanos).to_string(), printed, "{text}");
+        }
+        for (text, err) in [
+            ("", "time: invalid duration \"\""),
+            ("abc", "time: invalid duration \"abc\""),
+            ("1", "time: missing unit in duration \"1\""),
+            ("1d", "time: unknown unit \"d\" in duration \"1d\""),
+            ("-", "time: invalid duration \"-\""),
+            (".s", "time: invalid duration \".s\""),
+            (
+                "9999999999999999999999h",
+                "time: invalid duration \"9999999999999999999999h\"",
+            ),
+            ("3000000h", "time: invalid duration \"3000000h\""),
+        ] {
+            assert_eq!(GoDuration::parse(text), Err(err.to_string()), "{text}");
+        }
+        assert_eq!(GoDuration(-5).as_std(), Duration::ZERO);
+        assert_eq!(GoDuration::from_secs(2).as_std(), Duration::from_secs(2));
+    }
 }

@@ -31,6 +31,8 @@ pub enum Action {
         message: String,
         nominated_node: Option<String>,
         victims: Vec<Arc<PodInfo>>,
+        /// Lower-priority pods nominated to the same node lose their nomination.
+        unnominated: Vec<Arc<PodInfo>>,
     },
 }
 
@@ -288,6 +290,7 @@ impl Core {
                         pod,
                         nominated_node: None,
                         victims: Vec::new(),
+                        unnominated: Vec::new(),
                     };
                 }
                 self.queue.done(&pod.key);
@@ -338,7 +341,16 @@ impl Core {
             self.stats.unschedulable += 1;
         }
         self.queue.failed(&pod.key, failure.plugins(), error, now);
+        let mut unnominated = Vec::new();
         if let Some(n) = &nominated_node {
+            unnominated = crate::plugins::default_preemption::lower_priority_nominated_pods(
+                &self.snapshot,
+                &pod,
+                n,
+            );
+            for p in &unnominated {
+                self.snapshot.clear_nomination(&p.key);
+            }
             self.snapshot.nominate(pod.clone(), n);
         }
         Action::Failed {
@@ -347,6 +359,7 @@ impl Core {
             pod,
             nominated_node,
             victims,
+            unnominated,
         }
     }
 
@@ -410,4 +423,127 @@ fn node_changes(old: &Node, new: &Node) -> Vec<ClusterEvent> {
         out.push(ClusterEvent::NodeUpdateAnnotation);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{build_profiles, default_config, parse};
+    use crate::snapshot::testing::{node, pod};
+    use std::time::Duration;
+
+    fn core_with(profiles: Vec<Framework>) -> Core {
+        let mut c = Core::new(
+            profiles,
+            SchedulingQueue::new(Duration::from_secs(1), Duration::from_secs(10)),
+        );
+        c.seed(7);
+        c
+    }
+
+    /// Schedule everything queued; returns pod → node.
+    fn drain(core: &mut Core, now: Instant) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        while let Some(a) = core.schedule_one(now) {
+            if let Action::Bind { pod, node } = a {
+                core.bind_result(&pod.key, true, false, now);
+                out.push((pod.name().to_string(), node));
+            }
+        }
+        out
+    }
+
+    fn counts(placed: &[(String, String)]) -> Vec<usize> {
+        let mut m = std::collections::BTreeMap::new();
+        for (_, n) in placed {
+            *m.entry(n.clone()).or_insert(0) += 1;
+        }
+        let mut v: Vec<usize> = m.into_values().collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn default_scores_match_kubernetes_arithmetic() {
+        // LeastAllocated: A (4 CPU, 8 Gi) → cpu 75, memory 87 → 81; B (8 CPU, 8 Gi) → 87.
+        // BalancedAllocation: A std(.25, .125) = .0625 → 93; B → 100.
+        // Everything else scores every node alike. Totals: A 174 + same, B 187 + same.
+        let profiles = build_profiles(&default_config()).unwrap();
+        let mut core = core_with(profiles);
+        let now = Instant::now();
+        core.on_node(node("a", &[("cpu", "4"), ("memory", "8Gi"), ("pods", "110")], &[]), now);
+        core.on_node(node("b", &[("cpu", "8"), ("memory", "8Gi"), ("pods", "110")], &[]), now);
+        let p = PodInfo::new(pod("p", &[&[("cpu", "1"), ("memory", "1Gi")]]));
+        let fw = &core.profiles[0];
+        let mut state = CycleState::new();
+        let (_, s) = fw.run_pre_filter(&mut state, &p, &core.snapshot);
+        assert!(s.is_success(), "{s:?}");
+        let nodes: Vec<&crate::types::NodeInfo> = core.snapshot.nodes().iter().collect();
+        assert!(fw.run_pre_score(&mut state, &p, &nodes, &core.snapshot).is_success());
+        let totals = fw.run_score(&state, &p, &nodes, &[0, 1]).unwrap();
+        assert_eq!(totals[1] - totals[0], 187 - 174, "totals {totals:?}");
+        core.on_pod(pod("p", &[&[("cpu", "1"), ("memory", "1Gi")]]), now);
+        assert_eq!(drain(&mut core, now), [("p".to_string(), "b".to_string())]);
+    }
+
+    #[test]
+    fn least_allocated_spreads_and_most_allocated_packs() {
+        let now = Instant::now();
+        let place = |profiles: Vec<Framework>| {
+            let mut core = core_with(profiles);
+            for n in ["n1", "n2"] {
+                core.on_node(node(n, &[("cpu", "4"), ("memory", "8Gi"), ("pods", "110")], &[]), now);
+            }
+            for i in 0..4 {
+                core.on_pod(pod(&format!("p{i}"), &[&[("cpu", "1"), ("memory", "2Gi")]]), now);
+            }
+            counts(&drain(&mut core, now))
+        };
+        assert_eq!(place(build_profiles(&default_config()).unwrap()), [2, 2]);
+        let packing = parse(
+            "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles:\n- schedulerName: default-scheduler\n  plugins:\n    score:\n      disabled: [{name: NodeResourcesBalancedAllocation}]\n  pluginConfig:\n  - name: NodeResourcesFit\n    args:\n      scoringStrategy:\n        type: MostAllocated\n",
+        )
+        .unwrap();
+        assert_eq!(place(build_profiles(&packing).unwrap()), [4]);
+    }
+
+    #[test]
+    fn pod_waits_unschedulable_until_a_node_that_fits_arrives() {
+        let mut core = core_with(build_profiles(&default_config()).unwrap());
+        let t0 = Instant::now();
+        core.on_node(node("small", &[("cpu", "1"), ("memory", "1Gi"), ("pods", "110")], &[]), t0);
+        core.on_pod(pod("big", &[&[("cpu", "2")]]), t0);
+        match core.schedule_one(t0) {
+            Some(Action::Failed { message, reason, .. }) => {
+                assert_eq!(reason, "Unschedulable");
+                assert!(message.starts_with("0/1 nodes are available: 1 Insufficient cpu."), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // An unrelated event (a namespace) does not retry it; a new node does, after backoff.
+        let mut ns = Namespace::default();
+        ns.metadata.name = Some("x".into());
+        core.on_namespace(ns, t0);
+        assert!(core.schedule_one(t0 + Duration::from_secs(2)).is_none());
+        core.on_node(node("large", &[("cpu", "4"), ("memory", "1Gi"), ("pods", "110")], &[]), t0);
+        let placed = drain(&mut core, t0 + Duration::from_secs(2));
+        assert_eq!(placed, [("big".to_string(), "large".to_string())]);
+    }
+
+    #[test]
+    fn failed_binding_forgets_the_assumed_pod_and_retries() {
+        let mut core = core_with(build_profiles(&default_config()).unwrap());
+        let t0 = Instant::now();
+        core.on_node(node("n", &[("cpu", "1"), ("memory", "1Gi"), ("pods", "110")], &[]), t0);
+        core.on_pod(pod("p", &[&[("cpu", "1")]]), t0);
+        let Some(Action::Bind { pod, node }) = core.schedule_one(t0) else {
+            panic!("not scheduled")
+        };
+        assert_eq!(node, "n");
+        assert_eq!(core.snapshot.get("n").unwrap().requested.milli_cpu, 1000);
+        core.bind_result(&pod.key, false, true, t0);
+        assert_eq!(core.snapshot.get("n").unwrap().requested.milli_cpu, 0);
+        assert!(core.schedule_one(t0).is_none(), "retried before its backoff");
+        assert!(matches!(core.schedule_one(t0 + Duration::from_secs(1)), Some(Action::Bind { .. })));
+    }
 }

@@ -560,6 +560,9 @@ impl Framework {
         node: &NodeInfo,
         snapshot: &Snapshot,
     ) -> Status {
+        if !snapshot.has_nominations() {
+            return self.run_filter(state, pod, node);
+        }
         let nominated: Vec<&Arc<PodInfo>> = snapshot
             .nominated_pods(node.name())
             .iter()

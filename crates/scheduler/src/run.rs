@@ -155,11 +155,16 @@ async fn dispatch(
                 let _ = tx.send(Input::Bound { key: pod.key.clone(), ok, retry });
             });
         }
-        Action::Failed { pod, reason, message, nominated_node, victims } => {
+        Action::Failed { pod, reason, message, nominated_node, victims, unnominated } => {
             recorder.record(Record::pod(&pod, "Warning", "FailedScheduling", "Scheduling", message.clone()));
             let (client, recorder) = (client.clone(), recorder.clone());
             tokio::spawn(async move {
                 update_status(&client, &pod, reason, &message, nominated_node.as_deref()).await;
+                for p in &unnominated {
+                    let api: Api<Pod> = Api::namespaced(client.clone(), p.namespace());
+                    let patch = json!({"status": {"nominatedNodeName": null}});
+                    let _ = api.patch_status(p.name(), &PatchParams::default(), &Patch::Merge(&patch)).await;
+                }
                 if let Some(node) = nominated_node {
                     for v in victims.iter().filter(|v| !v.terminating()) {
                         preempt(&client, &recorder, &pod, v, &node).await;

@@ -169,6 +169,11 @@ impl Snapshot {
         }
     }
 
+    /// Whether any pod is nominated anywhere (lets filters skip the per-node lookup).
+    pub fn has_nominations(&self) -> bool {
+        !self.nominated.is_empty()
+    }
+
     /// Pods nominated to run on `node`.
     pub fn nominated_pods(&self, node: &str) -> &[Arc<PodInfo>] {
         self.nominated.get(node).map(Vec::as_slice).unwrap_or(&[])

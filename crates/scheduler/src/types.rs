@@ -173,12 +173,10 @@ impl AffinityTerm {
     /// Whether `pod` (whose namespace has `ns_labels`) is one this term selects.
     pub fn matches(&self, pod: &PodInfo, ns_labels: Option<&BTreeMap<String, String>>) -> bool {
         let ns_ok = self.namespaces.contains(pod.namespace())
-            || ns_labels.is_some_and(|l| {
-                !self.namespace_selector.is_nothing()
-                    && self
-                        .namespace_selector
-                        .matches_fn(|k| l.get(k).map(String::as_str))
-            });
+            || (!self.namespace_selector.is_nothing()
+                && self
+                    .namespace_selector
+                    .matches_fn(|k| ns_labels.and_then(|l| l.get(k)).map(String::as_str)));
         ns_ok && self.selector.matches_fn(|k| pod.labels().get(k).map(String::as_str))
     }
 }

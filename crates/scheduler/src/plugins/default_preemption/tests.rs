@@ -980,7 +980,7 @@ fn run_dry_run(c: &DryRunCase) -> Vec<(Vec<(String, Vec<String>, usize)>, usize)
         .collect();
     let fw = framework(pre_filters, filters);
     let pl = plugin(c.args.unwrap_or_default(), c.pdbs.clone()).with_offset(offsets(c.offsets));
-    let budgets = pl.budgets();
+    let budgets = pl.budgets(&Snapshot::default());
     let all: Vec<usize> = (0..snapshot.num_nodes()).collect();
     let mut out = Vec::new();
     for p in &c.pods {
@@ -1402,7 +1402,7 @@ fn dry_run_lists_candidates_without_pdb_violations_first() {
         &fw,
         &snapshot,
         &[0, 1, 2],
-        &pl.budgets(),
+        &pl.budgets(&Snapshot::default()),
         0,
         3,
         0,
@@ -1689,7 +1689,7 @@ fn pdb_violation_split_keeps_order_and_counts_budgets() {
             no_selector,
         ],
     );
-    let budgets = pl.budgets();
+    let budgets = pl.budgets(&Snapshot::default());
     assert_eq!(budgets.len(), 2, "a PDB without selector is dropped");
     let (violating, ok) = split_by_pdb_violation(&pods, &budgets);
     assert_eq!(names(&violating), ["b"]);
@@ -1823,7 +1823,7 @@ fn pdb_store_follows_informer_events() {
     upsert_pdb(&store, named("b", 0));
     upsert_pdb(&store, named("a", 5));
     assert_eq!(
-        pl.budgets()
+        pl.budgets(&Snapshot::default())
             .iter()
             .map(|b| b.disruptions_allowed)
             .collect::<Vec<_>>(),
@@ -1831,6 +1831,6 @@ fn pdb_store_follows_informer_events() {
     );
     delete_pdb(&store, "default", "a");
     delete_pdb(&store, "other", "b");
-    assert_eq!(pl.budgets().len(), 1);
+    assert_eq!(pl.budgets(&Snapshot::default()).len(), 1);
     assert!(Arc::ptr_eq(&shared_pdb_store(), &shared_pdb_store()));
 }

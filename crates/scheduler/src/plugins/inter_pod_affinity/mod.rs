@@ -360,6 +360,8 @@ impl PreFilterPlugin for InterPodAffinity {
         let mut affinity_counts = TopologyCounts::default();
         let mut anti_affinity_counts = TopologyCounts::default();
         let incoming_terms = !affinity.is_empty() || !anti_affinity.is_empty();
+        let mut anti_on_node: Vec<bool> = Vec::with_capacity(anti_affinity.len());
+        let mut anti_matches: Vec<i64> = Vec::with_capacity(anti_affinity.len());
         for node in snapshot.nodes() {
             let labels = node.labels();
             if labels.is_empty() {
@@ -377,27 +379,40 @@ impl PreFilterPlugin for InterPodAffinity {
             if !incoming_terms {
                 continue;
             }
+            // Matches are counted per node first, then added to the topology pairs once.
             let affinity_keys = affinity
                 .iter()
                 .any(|t| labels.contains_key(&t.topology_key));
-            let anti_keys = anti_affinity
-                .iter()
-                .any(|t| labels.contains_key(&t.topology_key));
-            if !affinity_keys && !anti_keys {
+            anti_on_node.clear();
+            anti_on_node.extend(
+                anti_affinity
+                    .iter()
+                    .map(|t| labels.contains_key(&t.topology_key)),
+            );
+            if !affinity_keys && !anti_on_node.contains(&true) {
                 continue;
             }
+            let mut affinity_matches = 0i64;
+            anti_matches.clear();
+            anti_matches.resize(anti_affinity.len(), 0);
             for existing in &node.pods {
-                if affinity_keys {
-                    affinity_counts.update_affinity(&affinity, existing, labels, 1);
+                if affinity_keys && matches_all(&affinity, existing) {
+                    affinity_matches += 1;
                 }
-                if anti_keys {
-                    anti_affinity_counts.update_anti_affinity(
-                        &anti_affinity,
-                        existing,
-                        None,
-                        labels,
-                        1,
-                    );
+                for (i, t) in anti_affinity.iter().enumerate() {
+                    if anti_on_node[i] && term_matches(t, existing, None) {
+                        anti_matches[i] += 1;
+                    }
+                }
+            }
+            if affinity_matches > 0 {
+                for t in &affinity {
+                    affinity_counts.add_for_node(labels, &t.topology_key, affinity_matches);
+                }
+            }
+            for (t, n) in anti_affinity.iter().zip(&anti_matches) {
+                if *n > 0 {
+                    anti_affinity_counts.add_for_node(labels, &t.topology_key, *n);
                 }
             }
         }
@@ -719,8 +734,7 @@ impl Plugin for InterPodAffinity {
             ClusterEvent::PodDelete => all(&pod.required_anti_affinity),
             _ => {
                 all(&pod.required_affinity)
-                    || (!pod.required_anti_affinity.is_empty()
-                        && !all(&pod.required_anti_affinity))
+                    || (!pod.required_anti_affinity.is_empty() && !all(&pod.required_anti_affinity))
             }
         }
     }

@@ -141,15 +141,11 @@ impl PodB {
                 affinity: (has_aff || has_anti).then(|| Affinity {
                     pod_affinity: has_aff.then(|| PodAffinity {
                         required_during_scheduling_ignored_during_execution: some(self.req_aff),
-                        preferred_during_scheduling_ignored_during_execution: somew(
-                            self.pref_aff,
-                        ),
+                        preferred_during_scheduling_ignored_during_execution: somew(self.pref_aff),
                     }),
                     pod_anti_affinity: has_anti.then(|| PodAntiAffinity {
                         required_during_scheduling_ignored_during_execution: some(self.req_anti),
-                        preferred_during_scheduling_ignored_during_execution: somew(
-                            self.pref_anti,
-                        ),
+                        preferred_during_scheduling_ignored_during_execution: somew(self.pref_anti),
                     }),
                     node_affinity: None,
                 }),
@@ -252,14 +248,22 @@ fn required_affinity_single_node() {
         ),
         (
             "affinity In matching the existing pod",
-            pod().label("security", "S1").aff(t_in("service", &["securityscan", "value2"], "region")),
+            pod().label("security", "S1").aff(t_in(
+                "service",
+                &["securityscan", "value2"],
+                "region",
+            )),
             vec![security_scan()],
             ok(),
             ok(),
         ),
         (
             "affinity NotIn matching the existing pod",
-            pod().label("security", "S1").aff(t_not_in("service", &["securityscan3", "value3"], "region")),
+            pod().label("security", "S1").aff(t_not_in(
+                "service",
+                &["securityscan3", "value3"],
+                "region",
+            )),
             vec![security_scan()],
             ok(),
             ok(),
@@ -270,13 +274,20 @@ fn required_affinity_single_node() {
                 t_in("service", &["securityscan", "value2"], ""),
                 &["DiffNameSpace"],
             )),
-            vec![pod().ns("ns").label("service", "securityscan").node("node1")],
+            vec![pod()
+                .ns("ns")
+                .label("service", "securityscan")
+                .node("node1")],
             ok(),
             affinity_fail(),
         ),
         (
             "affinity selector not matching the existing pod",
-            pod().label("service", "securityscan").aff(t_in("service", &["antivirusscan", "value2"], "")),
+            pod().label("service", "securityscan").aff(t_in(
+                "service",
+                &["antivirusscan", "value2"],
+                "",
+            )),
             vec![security_scan()],
             ok(),
             affinity_fail(),
@@ -286,11 +297,17 @@ fn required_affinity_single_node() {
             pod()
                 .label("security", "S1")
                 .aff(term(
-                    vec![req("service", "Exists", &[]), req("wrongkey", "DoesNotExist", &[])],
+                    vec![
+                        req("service", "Exists", &[]),
+                        req("wrongkey", "DoesNotExist", &[]),
+                    ],
                     "region",
                 ))
                 .aff(term(
-                    vec![req("service", "In", &["securityscan"]), req("service", "NotIn", &["WrongValue"])],
+                    vec![
+                        req("service", "In", &["securityscan"]),
+                        req("service", "NotIn", &["WrongValue"]),
+                    ],
                     "region",
                 )),
             vec![security_scan()],
@@ -302,11 +319,17 @@ fn required_affinity_single_node() {
             pod()
                 .label("security", "S1")
                 .aff(term(
-                    vec![req("service", "Exists", &[]), req("wrongkey", "DoesNotExist", &[])],
+                    vec![
+                        req("service", "Exists", &[]),
+                        req("wrongkey", "DoesNotExist", &[]),
+                    ],
                     "region",
                 ))
                 .aff(term(
-                    vec![req("service", "In", &["securityscan2"]), req("service", "NotIn", &["WrongValue"])],
+                    vec![
+                        req("service", "In", &["securityscan2"]),
+                        req("service", "NotIn", &["WrongValue"]),
+                    ],
                     "region",
                 )),
             vec![security_scan()],
@@ -355,9 +378,11 @@ fn required_affinity_single_node() {
         ),
         (
             "a pod not matching its own affinity term cannot be the first of its set",
-            pod()
-                .label("service", "securityscan")
-                .aff(t_not_in("service", &["securityscan", "value2"], "region")),
+            pod().label("service", "securityscan").aff(t_not_in(
+                "service",
+                &["securityscan", "value2"],
+                "region",
+            )),
             vec![pod().label("service", "securityscan").node("node2")],
             ok(),
             affinity_fail(),
@@ -382,7 +407,10 @@ fn required_affinity_single_node() {
                 .label("service", "securityscan")
                 .anti(t_exists("service", "region"))
                 .anti(t_exists("security", "region")),
-            vec![pod().label("security", "S1").node("node1").anti(t_exists("security", "zone"))],
+            vec![pod()
+                .label("security", "S1")
+                .node("node1")
+                .anti(t_exists("security", "zone"))],
             ok(),
             anti_fail(),
         ),
@@ -392,13 +420,18 @@ fn required_affinity_single_node() {
                 .label("service", "securityscan")
                 .anti(t_exists("service", "zone"))
                 .anti(t_exists("security", "zone")),
-            vec![pod().label("security", "S1").node("node1").anti(t_exists("security", "zone"))],
+            vec![pod()
+                .label("security", "S1")
+                .node("node1")
+                .anti(t_exists("security", "zone"))],
             ok(),
             anti_fail(),
         ),
         (
             "symmetry a2: only the existing pod's anti-affinity matches",
-            pod().label("security", "S1").anti(t_exists("security", "zone")),
+            pod()
+                .label("security", "S1")
+                .anti(t_exists("security", "zone")),
             vec![pod()
                 .label("service", "securityscan")
                 .node("node1")
@@ -461,30 +494,39 @@ fn required_affinity_single_node() {
         ),
         (
             "anti-affinity with a matching namespace selector",
-            pod().ns("subteam1.team1").label("security", "S1").anti(with_ns_selector(
-                t_in("service", &["securityscan", "value2"], "zone"),
-                team1(),
-            )),
+            pod()
+                .ns("subteam1.team1")
+                .label("security", "S1")
+                .anti(with_ns_selector(
+                    t_in("service", &["securityscan", "value2"], "zone"),
+                    team1(),
+                )),
             vec![security_scan().ns("subteam2.team1")],
             ok(),
             anti_fail(),
         ),
         (
             "anti-affinity with an empty namespace selector matches all namespaces",
-            pod().ns("subteam1.team1").label("security", "S1").anti(with_ns_selector(
-                t_in("service", &["securityscan", "value2"], "zone"),
-                MetaSelector::default(),
-            )),
+            pod()
+                .ns("subteam1.team1")
+                .label("security", "S1")
+                .anti(with_ns_selector(
+                    t_in("service", &["securityscan", "value2"], "zone"),
+                    MetaSelector::default(),
+                )),
             vec![security_scan().ns("subteam2.team1")],
             ok(),
             anti_fail(),
         ),
         (
             "anti-affinity with a non-matching namespace selector",
-            pod().ns("subteam1.team1").label("security", "S1").anti(with_ns_selector(
-                t_in("service", &["securityscan", "value2"], "zone"),
-                team1(),
-            )),
+            pod()
+                .ns("subteam1.team1")
+                .label("security", "S1")
+                .anti(with_ns_selector(
+                    t_in("service", &["securityscan", "value2"], "zone"),
+                    team1(),
+                )),
             vec![security_scan().ns("subteam1.team2")],
             ok(),
             ok(),
@@ -510,7 +552,11 @@ fn invalid_affinity_term_fails_pre_filter() {
         vec![node("node1", &[("region", "r1")])],
     );
     assert_eq!(pre.code, Code::UnschedulableAndUnresolvable);
-    assert!(pre.message().starts_with("parsing pod: "), "{}", pre.message());
+    assert!(
+        pre.message().starts_with("parsing pod: "),
+        "{}",
+        pre.message()
+    );
 }
 
 #[test]
@@ -532,12 +578,24 @@ fn required_affinity_multiple_nodes() {
     let china_az1 = [("region", "China"), ("az", "az1")];
     let india = [("region", "India")];
     let rzh = |n: &str, z: &str| node(n, &[("region", "r1"), ("zone", z), ("hostname", n)]);
-    let cases: Vec<(&str, PodB, Vec<PodB>, Vec<Node>, Status, Vec<Status>)> = vec![
+    type Case = (
+        &'static str,
+        PodB,
+        Vec<PodB>,
+        Vec<Node>,
+        Status,
+        Vec<Status>,
+    );
+    let cases: Vec<Case> = vec![
         (
             "all nodes sharing the topology value of a matching pod fit",
             pod().aff(t_in("foo", &["bar"], "region")),
             vec![pod().name("p1").node("node1").label("foo", "bar")],
-            vec![node("node1", &china), node("node2", &china_az1), node("node3", &india)],
+            vec![
+                node("node1", &china),
+                node("node2", &china_az1),
+                node("node3", &india),
+            ],
             ok(),
             vec![ok(), ok(), affinity_fail()],
         ),
@@ -584,13 +642,24 @@ fn required_affinity_multiple_nodes() {
         ),
         (
             "any matching anti-affinity term rejects",
-            pod()
-                .anti(t_in("foo", &["abc"], "region"))
-                .anti(t_in("service", &["securityscan"], "zone")),
-            vec![pod().node("nodeA").label("foo", "abc").label("service", "securityscan")],
+            pod().anti(t_in("foo", &["abc"], "region")).anti(t_in(
+                "service",
+                &["securityscan"],
+                "zone",
+            )),
+            vec![pod()
+                .node("nodeA")
+                .label("foo", "abc")
+                .label("service", "securityscan")],
             vec![
-                node("nodeA", &[("region", "r1"), ("zone", "z1"), ("hostname", "nodeA")]),
-                node("nodeB", &[("region", "r1"), ("zone", "z2"), ("hostname", "nodeB")]),
+                node(
+                    "nodeA",
+                    &[("region", "r1"), ("zone", "z1"), ("hostname", "nodeA")],
+                ),
+                node(
+                    "nodeB",
+                    &[("region", "r1"), ("zone", "z2"), ("hostname", "nodeB")],
+                ),
             ],
             ok(),
             vec![anti_fail(), anti_fail()],
@@ -599,32 +668,50 @@ fn required_affinity_multiple_nodes() {
             "anti-affinity leaves other regions",
             pod().anti(t_in("foo", &["abc"], "region")),
             vec![pod().node("nodeA").label("foo", "abc")],
-            vec![node("nodeA", &china), node("nodeB", &china_az1), node("nodeC", &india)],
+            vec![
+                node("nodeA", &china),
+                node("nodeB", &china_az1),
+                node("nodeC", &india),
+            ],
             ok(),
             vec![anti_fail(), anti_fail(), ok()],
         ),
         (
             "an existing pod's anti-affinity in another namespace does not apply",
-            pod().ns("NS1").label("foo", "123").anti(t_in("foo", &["bar"], "region")),
+            pod()
+                .ns("NS1")
+                .label("foo", "123")
+                .anti(t_in("foo", &["bar"], "region")),
             vec![
                 pod().node("nodeA").ns("NS1").label("foo", "bar"),
-                pod().node("nodeC").ns("NS2").anti(t_in("foo", &["123"], "region")),
+                pod()
+                    .node("nodeC")
+                    .ns("NS2")
+                    .anti(t_in("foo", &["123"], "region")),
             ],
-            vec![node("nodeA", &china), node("nodeB", &china_az1), node("nodeC", &india)],
+            vec![
+                node("nodeA", &china),
+                node("nodeB", &china_az1),
+                node("nodeC", &india),
+            ],
             ok(),
             vec![anti_fail(), anti_fail(), ok()],
         ),
         (
             "an existing pod's term with a topology key no node has matches nothing",
             pod().label("foo", ""),
-            vec![pod().node("nodeA").anti(t_exists("foo", "invalid-node-label"))],
+            vec![pod()
+                .node("nodeA")
+                .anti(t_exists("foo", "invalid-node-label"))],
             vec![rzh("nodeA", "z1"), rzh("nodeB", "z1")],
             Status::skip(),
             vec![],
         ),
         (
             "the incoming pod's term needs its topology key too",
-            pod().node("nodeA").anti(t_exists("foo", "invalid-node-label")),
+            pod()
+                .node("nodeA")
+                .anti(t_exists("foo", "invalid-node-label")),
             vec![pod().node("nodeA").label("foo", "")],
             vec![rzh("nodeA", "z1"), rzh("nodeB", "z1")],
             ok(),
@@ -643,7 +730,9 @@ fn required_affinity_multiple_nodes() {
         ),
         (
             "the incoming pod's anti-affinity rejects when any term matches somewhere",
-            pod().anti(t_exists("foo", "zone")).anti(t_exists("bar", "region")),
+            pod()
+                .anti(t_exists("foo", "zone"))
+                .anti(t_exists("bar", "region")),
             vec![
                 pod().node("nodeA").label("foo", ""),
                 pod().node("nodeB").label("bar", ""),
@@ -665,8 +754,14 @@ fn required_affinity_multiple_nodes() {
         ),
         (
             "incoming term with an unknown topology key: only the other term counts",
-            pod().anti(t_exists("foo", "invalid-node-label")).anti(t_exists("bar", "zone")),
-            vec![pod().name("podA").node("nodeA").label("foo", "").label("bar", "")],
+            pod()
+                .anti(t_exists("foo", "invalid-node-label"))
+                .anti(t_exists("bar", "zone")),
+            vec![pod()
+                .name("podA")
+                .node("nodeA")
+                .label("foo", "")
+                .label("bar", "")],
             vec![rzh("nodeA", "z1"), rzh("nodeB", "z2")],
             ok(),
             vec![anti_fail(), ok()],
@@ -684,7 +779,9 @@ fn required_affinity_multiple_nodes() {
         ),
         (
             "incoming terms with valid keys reject both nodes",
-            pod().anti(t_exists("foo", "region")).anti(t_exists("bar", "zone")),
+            pod()
+                .anti(t_exists("foo", "region"))
+                .anti(t_exists("bar", "zone")),
             vec![pod().node("nodeA").label("foo", "").label("bar", "")],
             vec![rzh("nodeA", "z1"), rzh("nodeB", "z2")],
             ok(),
@@ -694,8 +791,14 @@ fn required_affinity_multiple_nodes() {
             "existing pods on two nodes leave only the third",
             pod().label("foo", "").label("bar", ""),
             vec![
-                pod().node("nodeA").anti(t_exists("foo", "zone")).anti(t_exists("labelA", "zone")),
-                pod().node("nodeB").anti(t_exists("bar", "zone")).anti(t_exists("labelB", "zone")),
+                pod()
+                    .node("nodeA")
+                    .anti(t_exists("foo", "zone"))
+                    .anti(t_exists("labelA", "zone")),
+                pod()
+                    .node("nodeB")
+                    .anti(t_exists("bar", "zone"))
+                    .anti(t_exists("labelB", "zone")),
             ],
             vec![rzh("nodeA", "z1"), rzh("nodeB", "z2"), rzh("nodeC", "z3")],
             ok(),
@@ -703,15 +806,23 @@ fn required_affinity_multiple_nodes() {
         ),
         (
             "affinity terms all matched by one pod",
-            pod().aff(t_exists("foo", "region")).aff(t_exists("bar", "zone")),
-            vec![pod().name("pod1").node("nodeA").label("foo", "").label("bar", "")],
+            pod()
+                .aff(t_exists("foo", "region"))
+                .aff(t_exists("bar", "zone")),
+            vec![pod()
+                .name("pod1")
+                .node("nodeA")
+                .label("foo", "")
+                .label("bar", "")],
             vec![rzh("nodeA", "z1"), rzh("nodeB", "z1")],
             ok(),
             vec![ok(), ok()],
         ),
         (
             "affinity terms must be matched by the same pod",
-            pod().aff(t_exists("foo", "region")).aff(t_exists("bar", "zone")),
+            pod()
+                .aff(t_exists("foo", "region"))
+                .aff(t_exists("bar", "zone")),
             vec![
                 pod().name("pod1").node("nodeA").label("foo", ""),
                 pod().name("pod2").node("nodeB").label("bar", ""),
@@ -765,14 +876,18 @@ fn incoming_affinity_and_anti_affinity_counts() {
         (
             "no pod violates the incoming pod's terms",
             vec![normal(&["bbb"])],
-            pod().aff(t_exists("aaa", "hostname")).anti(t_exists("aaa", "hostname")),
+            pod()
+                .aff(t_exists("aaa", "hostname"))
+                .anti(t_exists("aaa", "hostname")),
             counts(&[]),
             counts(&[]),
         ),
         (
             "the existing pod matches both single terms",
             vec![normal(&["aaa"])],
-            pod().aff(t_exists("aaa", "hostname")).anti(t_exists("aaa", "hostname")),
+            pod()
+                .aff(t_exists("aaa", "hostname"))
+                .anti(t_exists("aaa", "hostname")),
             counts(&[("hostname", "nodeA", 1)]),
             counts(&[("hostname", "nodeA", 1)]),
         ),
@@ -813,7 +928,11 @@ fn incoming_affinity_and_anti_affinity_counts() {
         let s = snap(vec![node_a()], pods);
         let state = pre_filter_state(&incoming.name("in").info(), &s);
         assert_eq!(read(&state).affinity, want_aff, "{name}: affinity");
-        assert_eq!(read(&state).anti_affinity, want_anti, "{name}: anti-affinity");
+        assert_eq!(
+            read(&state).anti_affinity,
+            want_anti,
+            "{name}: anti-affinity"
+        );
     }
 }
 
@@ -822,7 +941,13 @@ fn add_and_remove_pod_update_the_state() {
     let label1 = [("region", "r1"), ("zone", "z11")];
     let label2 = [("region", "r1"), ("zone", "z12")];
     let label3 = [("region", "r2"), ("zone", "z21")];
-    let nodes = || vec![node("nodeA", &label1), node("nodeB", &label2), node("nodeC", &label3)];
+    let nodes = || {
+        vec![
+            node("nodeA", &label1),
+            node("nodeB", &label2),
+            node("nodeC", &label3),
+        ]
+    };
     let anti_foo_bar = || t_in("foo", &["bar"], "region");
     let complex = || {
         vec![
@@ -830,17 +955,34 @@ fn add_and_remove_pod_update_the_state() {
             t_not_in("service", &["bar", "security", "test"], "zone"),
         ]
     };
-    let with_anti = |p: PodB, terms: Vec<PodAffinityTerm>| terms.into_iter().fold(p, |p, t| p.anti(t));
-    let with_aff = |p: PodB, terms: Vec<PodAffinityTerm>| terms.into_iter().fold(p, |p, t| p.aff(t));
-    let cases: Vec<(&str, PodB, Vec<PodB>, PodB, TopologyCounts, TopologyCounts)> = vec![
+    let with_anti =
+        |p: PodB, terms: Vec<PodAffinityTerm>| terms.into_iter().fold(p, |p, t| p.anti(t));
+    let with_aff =
+        |p: PodB, terms: Vec<PodAffinityTerm>| terms.into_iter().fold(p, |p, t| p.aff(t));
+    type Case = (
+        &'static str,
+        PodB,
+        Vec<PodB>,
+        PodB,
+        TopologyCounts,
+        TopologyCounts,
+    );
+    let cases: Vec<Case> = vec![
         (
             "anti-affinity counts follow an added pod",
-            pod().name("pending").label("foo", "bar").anti(anti_foo_bar()),
+            pod()
+                .name("pending")
+                .label("foo", "bar")
+                .anti(anti_foo_bar()),
             vec![
                 pod().name("p1").label("foo", "bar").node("nodeA"),
                 pod().name("p2").node("nodeC").anti(anti_foo_bar()),
             ],
-            pod().name("addedPod").label("foo", "bar").node("nodeB").anti(anti_foo_bar()),
+            pod()
+                .name("addedPod")
+                .label("foo", "bar")
+                .node("nodeB")
+                .anti(anti_foo_bar()),
             counts(&[("region", "r1", 2)]),
             counts(&[]),
         ),
@@ -851,7 +993,10 @@ fn add_and_remove_pod_update_the_state() {
                 pod().name("p1").label("foo", "bar").node("nodeA"),
                 pod().name("p2").node("nodeC").anti(anti_foo_bar()),
             ],
-            with_anti(pod().name("addedPod").label("foo", "bar").node("nodeA"), complex()),
+            with_anti(
+                pod().name("addedPod").label("foo", "bar").node("nodeA"),
+                complex(),
+            ),
             counts(&[("region", "r1", 2), ("zone", "z11", 2), ("zone", "z21", 1)]),
             counts(&[]),
         ),
@@ -860,9 +1005,15 @@ fn add_and_remove_pod_update_the_state() {
             with_aff(pod().name("pending").label("foo", "bar"), complex()),
             vec![
                 pod().name("p1").label("foo", "bar").node("nodeA"),
-                with_aff(pod().name("p2").node("nodeC").anti(anti_foo_bar()), complex()),
+                with_aff(
+                    pod().name("p2").node("nodeC").anti(anti_foo_bar()),
+                    complex(),
+                ),
             ],
-            with_anti(pod().name("addedPod").label("foo", "bar").node("nodeA"), complex()),
+            with_anti(
+                pod().name("addedPod").label("foo", "bar").node("nodeA"),
+                complex(),
+            ),
             counts(&[]),
             counts(&[("region", "r1", 2), ("zone", "z11", 2)]),
         ),
@@ -880,21 +1031,31 @@ fn add_and_remove_pod_update_the_state() {
         let added = added.info();
         let node_info = s.get(&node_name).expect("node");
         let p = plugin();
-        assert!(p.add_pod(&mut state, &pending, &added, node_info, &s).is_success());
+        assert!(p
+            .add_pod(&mut state, &pending, &added, node_info, &s)
+            .is_success());
         let got = read(&state).clone();
         assert_eq!(got.anti_affinity, want_anti, "{name}: anti-affinity");
         assert_eq!(got.affinity, want_aff, "{name}: affinity");
         let want = read(&all_state);
-        assert_eq!(got.anti_affinity, want.anti_affinity, "{name}: as if present");
+        assert_eq!(
+            got.anti_affinity, want.anti_affinity,
+            "{name}: as if present"
+        );
         assert_eq!(got.affinity, want.affinity, "{name}: as if present");
         assert_eq!(
             got.existing_anti_affinity, want.existing_anti_affinity,
             "{name}: as if present"
         );
 
-        assert!(p.remove_pod(&mut state, &pending, &added, node_info, &s).is_success());
+        assert!(p
+            .remove_pod(&mut state, &pending, &added, node_info, &s)
+            .is_success());
         let back = read(&state);
-        assert_eq!(back.anti_affinity, original.anti_affinity, "{name}: removed");
+        assert_eq!(
+            back.anti_affinity, original.anti_affinity,
+            "{name}: removed"
+        );
         assert_eq!(back.affinity, original.affinity, "{name}: removed");
         assert_eq!(
             back.existing_anti_affinity, original.existing_anti_affinity,
@@ -915,7 +1076,9 @@ fn preemption_removing_the_blocking_pod_makes_the_node_fit() {
     let n1 = s.get("n1").expect("n1");
     assert_eq!(p.filter(&state, &incoming, n1), anti_fail());
     let victim = s.get("n1").expect("n1").pods[0].clone();
-    assert!(p.remove_pod(&mut state, &incoming, &victim, n1, &s).is_success());
+    assert!(p
+        .remove_pod(&mut state, &incoming, &victim, n1, &s)
+        .is_success());
     assert_eq!(p.filter(&state, &incoming, n1), ok());
     assert_eq!(p.filter(&state, &incoming, s.get("n2").expect("n2")), ok());
 }
@@ -923,7 +1086,12 @@ fn preemption_removing_the_blocking_pod_makes_the_node_fit() {
 // ----- Score ---------------------------------------------------------------------------------
 
 /// PreScore on all nodes, Score each in order, NormalizeScore.
-fn run_score(args: Args, incoming: PodB, pods: Vec<PodB>, nodes: Vec<Node>) -> Result<Vec<i64>, Status> {
+fn run_score(
+    args: Args,
+    incoming: PodB,
+    pods: Vec<PodB>,
+    nodes: Vec<Node>,
+) -> Result<Vec<i64>, Status> {
     let names: Vec<String> = nodes
         .iter()
         .map(|n| n.metadata.name.clone().unwrap_or_default())
@@ -963,18 +1131,34 @@ fn stay_with_s2_in_region(p: PodB) -> PodB {
 fn affinity3(p: PodB) -> PodB {
     p.pref_aff(
         8,
-        term(vec![req("security", "NotIn", &["S1"]), req("security", "In", &["S2"])], "region"),
+        term(
+            vec![
+                req("security", "NotIn", &["S1"]),
+                req("security", "In", &["S2"]),
+            ],
+            "region",
+        ),
     )
     .pref_aff(
         2,
-        term(vec![req("security", "Exists", &[]), req("wrongkey", "DoesNotExist", &[])], "region"),
+        term(
+            vec![
+                req("security", "Exists", &[]),
+                req("wrongkey", "DoesNotExist", &[]),
+            ],
+            "region",
+        ),
     )
 }
 fn hard_affinity(p: PodB) -> PodB {
-    p.aff(t_in("security", &["S1", "value2"], "region")).aff(term(
-        vec![req("security", "Exists", &[]), req("wrongkey", "DoesNotExist", &[])],
-        "region",
-    ))
+    p.aff(t_in("security", &["S1", "value2"], "region"))
+        .aff(term(
+            vec![
+                req("security", "Exists", &[]),
+                req("wrongkey", "DoesNotExist", &[]),
+            ],
+            "region",
+        ))
 }
 fn away_from_s1_in_az(p: PodB) -> PodB {
     p.pref_anti(5, t_in("security", &["S1"], "az"))
@@ -1002,9 +1186,21 @@ fn preferred_affinity_scores() {
     let china_az1 = [("region", "China"), ("az", "az1")];
     let n = |name: &str, l: &[(&str, &str)]| node(name, l);
     let three = || vec![n("node1", &china), n("node2", &india), n("node3", &az1)];
-    type Case = (&'static str, PodB, Vec<PodB>, Vec<Node>, Result<Vec<i64>, Code>);
+    type Case = (
+        &'static str,
+        PodB,
+        Vec<PodB>,
+        Vec<Node>,
+        Result<Vec<i64>, Code>,
+    );
     let cases: Vec<Case> = vec![
-        ("no affinity anywhere skips", s1(), vec![], three(), Err(Code::Skip)),
+        (
+            "no affinity anywhere skips",
+            s1(),
+            vec![],
+            three(),
+            Err(Code::Skip),
+        ),
         (
             "affinity: matching pod in the topology scores highest",
             stay_with_s1_in_region(s1()),
@@ -1016,7 +1212,11 @@ fn preferred_affinity_scores() {
             "affinity: nodes sharing the topology value score the same",
             stay_with_s1_in_region(pod()),
             vec![s1().node("node1")],
-            vec![n("node1", &china), n("node2", &china_az1), n("node3", &india)],
+            vec![
+                n("node1", &china),
+                n("node2", &china_az1),
+                n("node3", &india),
+            ],
             Ok(vec![100, 100, 0]),
         ),
         (
@@ -1079,7 +1279,10 @@ fn preferred_affinity_scores() {
         (
             "affinity symmetry: existing pods' required terms with the hard weight",
             s1(),
-            vec![hard_affinity(s1().node("node1")), hard_affinity(s2().node("node2"))],
+            vec![
+                hard_affinity(s1().node("node1")),
+                hard_affinity(s2().node("node2")),
+            ],
             three(),
             Ok(vec![100, 100, 0]),
         ),
@@ -1107,7 +1310,10 @@ fn preferred_affinity_scores() {
         (
             "anti-affinity symmetry",
             s2(),
-            vec![away_from_s2_in_az(s1().node("node1")), away_from_s1_in_az(s2().node("node2"))],
+            vec![
+                away_from_s2_in_az(s1().node("node1")),
+                away_from_s1_in_az(s2().node("node2")),
+            ],
             vec![n("node1", &az1), n("node2", &az2)],
             Ok(vec![0, 100]),
         ),
@@ -1148,13 +1354,21 @@ fn preferred_affinity_scores() {
                 stay_s1_region_away_s2_az(pod().node("node3")),
                 away_from_s1_in_az(pod().node("node4")),
             ],
-            vec![n("node1", &china), n("node2", &az1), n("node3", &india), n("node4", &az2)],
+            vec![
+                n("node1", &china),
+                n("node2", &az1),
+                n("node3", &india),
+                n("node4", &az2),
+            ],
             Ok(vec![100, 0, 100, 0]),
         ),
         (
             "only some nodes of a topology have pods with affinity",
             s1(),
-            vec![s1().node("node1"), stay_s1_region_away_s2_az(pod().node("node2"))],
+            vec![
+                s1().node("node1"),
+                stay_s1_region_away_s2_az(pod().node("node2")),
+            ],
             vec![n("node1", &china), n("node2", &china)],
             Ok(vec![0, 0]),
         ),
@@ -1204,7 +1418,13 @@ fn preferred_affinity_scores() {
             vec![n("node1", &china), n("node2", &india)],
             Ok(vec![0, 100]),
         ),
-        ("no nodes to score skips", s2(), vec![], vec![], Err(Code::Skip)),
+        (
+            "no nodes to score skips",
+            s2(),
+            vec![],
+            vec![],
+            Err(Code::Skip),
+        ),
     ];
     for (name, incoming, pods, nodes, want) in cases {
         let got = run_score(Args::default(), incoming, pods, nodes).map_err(|s| s.code);
@@ -1225,7 +1445,10 @@ fn ignoring_preferred_terms_of_existing_pods_skips_pods_without_terms() {
             stay_s1_region_away_s2_az(s1().node("node1")),
             stay_with_s2_in_region(s2().node("node2")),
         ],
-        vec![node("node1", &[("region", "China")]), node("node2", &[("region", "India")])],
+        vec![
+            node("node1", &[("region", "China")]),
+            node("node2", &[("region", "India")]),
+        ],
     );
     assert_eq!(got.map_err(|s| s.code), Err(Code::Skip));
 }
@@ -1240,7 +1463,10 @@ fn invalid_preferred_terms_fail_pre_score() {
             Args::default(),
             incoming,
             vec![],
-            vec![node("node1", &[("region", "China")]), node("node2", &[("region", "China")])],
+            vec![
+                node("node1", &[("region", "China")]),
+                node("node2", &[("region", "China")]),
+            ],
         );
         assert_eq!(got.map_err(|s| s.code), Err(Code::Error));
     }
@@ -1262,19 +1488,40 @@ fn hard_pod_affinity_weight_scores_existing_required_terms() {
         ]
     };
     let existing = || vec![hard(pod().node("node1")), hard(pod().node("node2"))];
-    let cases: Vec<(&str, &str, i32, Result<Vec<i64>, Code>)> = vec![
+    type Case = (&'static str, &'static str, i32, Result<Vec<i64>, Code>);
+    let cases: Vec<Case> = vec![
         ("default weight", "", 1, Ok(vec![100, 100, 0])),
         ("zero weight", "", 0, Err(Code::Skip)),
-        ("no matching namespace", "subteam1.team2", 1, Err(Code::Skip)),
-        ("matching namespace selector", "subteam1.team1", 1, Ok(vec![100, 100, 0])),
-        ("matching namespaces", "subteam2.team2", 1, Ok(vec![100, 100, 0])),
+        (
+            "no matching namespace",
+            "subteam1.team2",
+            1,
+            Err(Code::Skip),
+        ),
+        (
+            "matching namespace selector",
+            "subteam1.team1",
+            1,
+            Ok(vec![100, 100, 0]),
+        ),
+        (
+            "matching namespaces",
+            "subteam2.team2",
+            1,
+            Ok(vec![100, 100, 0]),
+        ),
     ];
     for (name, ns, weight, want) in cases {
         let args = Args {
             hard_pod_affinity_weight: weight,
             ignore_preferred_terms_of_existing_pods: false,
         };
-        let got = run_score(args, pod().ns(ns).label("service", "S1"), existing(), nodes());
+        let got = run_score(
+            args,
+            pod().ns(ns).label("service", "S1"),
+            existing(),
+            nodes(),
+        );
         assert_eq!(got.map_err(|s| s.code), want, "{name}");
     }
 }
@@ -1285,7 +1532,9 @@ fn hard_pod_affinity_weight_scores_existing_required_terms() {
 fn args_defaults_and_validation() {
     assert_eq!(Args::parse(&Value::Null), Ok(Args::default()));
     assert_eq!(
-        Args::parse(&json!({"hardPodAffinityWeight": 0, "ignorePreferredTermsOfExistingPods": true})),
+        Args::parse(
+            &json!({"hardPodAffinityWeight": 0, "ignorePreferredTermsOfExistingPods": true})
+        ),
         Ok(Args {
             hard_pod_affinity_weight: 0,
             ignore_preferred_terms_of_existing_pods: true
@@ -1299,7 +1548,9 @@ fn args_defaults_and_validation() {
         Args::parse(&json!({"hardPodAffinityWeight": -1})),
         Err("hardPodAffinityWeight: Invalid value: -1: not in valid range [0, 100]".to_string())
     );
-    assert!(Args::parse(&json!({"kind": "InterPodAffinityArgs", "hardPodAffinityWeight": 100})).is_ok());
+    assert!(
+        Args::parse(&json!({"kind": "InterPodAffinityArgs", "hardPodAffinityWeight": 100})).is_ok()
+    );
     assert!(Args::parse(&json!({"unknown": 1})).is_err());
     assert!(new(&json!({"hardPodAffinityWeight": 101})).is_err());
 }

@@ -163,7 +163,9 @@ impl Args {
                 );
             }
             if c.topology_key.is_empty() {
-                errs.push(FieldError::required(format!("{p}.topologyKey"), "can not be empty").message);
+                errs.push(
+                    FieldError::required(format!("{p}.topologyKey"), "can not be empty").message,
+                );
             } else {
                 for msg in qualified_name_errors(&c.topology_key) {
                     errs.push(
@@ -345,9 +347,11 @@ impl OwnerSelectors {
                         set.extend(selector.iter().map(|(k, v)| (k.clone(), v.clone())));
                     }
                     (OwnerSelector::ReplicaSet { name, selector, .. }, "apps/v1", "ReplicaSet")
-                    | (OwnerSelector::StatefulSet { name, selector, .. }, "apps/v1", "StatefulSet")
-                        if *name == owner.name && !selector.is_nothing() =>
-                    {
+                    | (
+                        OwnerSelector::StatefulSet { name, selector, .. },
+                        "apps/v1",
+                        "StatefulSet",
+                    ) if *name == owner.name && !selector.is_nothing() => {
                         extra.extend(selector.requirements().iter().cloned());
                     }
                     _ => {}
@@ -501,6 +505,18 @@ pub fn new(args: &Value) -> Result<Arc<dyn Plugin>, String> {
     )))
 }
 
+/// Like [`new`], reading default-constraint owner selectors from `owners` (which the scheduler
+/// keeps current and may share between profiles).
+pub fn new_with_owners(
+    args: &Value,
+    owners: Arc<OwnerSelectors>,
+) -> Result<Arc<dyn Plugin>, String> {
+    Ok(Arc::new(PodTopologySpread::with_args(
+        Args::parse(args)?,
+        owners,
+    )))
+}
+
 impl PodTopologySpread {
     /// A plugin reading owner selectors from `owners` (which the scheduler keeps current).
     pub fn with_args(args: Args, owners: Arc<OwnerSelectors>) -> PodTopologySpread {
@@ -531,19 +547,24 @@ impl PodTopologySpread {
             .and_then(|s| s.topology_spread_constraints.as_deref())
             .unwrap_or(&[]);
         if !own.is_empty() {
-            return filter_constraints(own, pod.labels(), action).map_err(|e| {
-                format!("obtaining pod's {kind} topology spread constraints: {e}")
-            });
+            return filter_constraints(own, pod.labels(), action)
+                .map_err(|e| format!("obtaining pod's {kind} topology spread constraints: {e}"));
         }
-        let mut constraints = filter_constraints(&self.default_constraints, pod.labels(), action)
-            .map_err(|e| format!("setting default {kind} topology spread constraints: {e}"))?;
-        if constraints.is_empty() {
-            return Ok(constraints);
+        // Checked before building the constraints: most pods have no defaults to apply.
+        if !self
+            .default_constraints
+            .iter()
+            .any(|c| c.when_unsatisfiable == action)
+        {
+            return Ok(Vec::new());
         }
         let selector = self.owners.default_selector(pod);
         if selector.is_empty() {
             return Ok(Vec::new());
         }
+        let mut constraints =
+            filter_constraints(&self.default_constraints, pod.labels(), action)
+                .map_err(|e| format!("setting default {kind} topology spread constraints: {e}"))?;
         for c in &mut constraints {
             c.selector = selector.clone();
         }
@@ -561,10 +582,7 @@ struct CriticalPaths([(String, i64); 2]);
 
 impl CriticalPaths {
     fn new() -> Self {
-        CriticalPaths([
-            (String::new(), NO_MATCH_NUM),
-            (String::new(), NO_MATCH_NUM),
-        ])
+        CriticalPaths([(String::new(), NO_MATCH_NUM), (String::new(), NO_MATCH_NUM)])
     }
 
     fn update(&mut self, value: &str, num: i64) {
@@ -606,19 +624,20 @@ struct HardConstraints {
 #[derive(Debug, Clone)]
 struct PreFilterState {
     shared: Arc<HardConstraints>,
-    /// Per constraint: matching pods per topology value of the eligible domains.
-    counts: Vec<HashMap<String, i64>>,
+    /// Per constraint: matching pods per topology value of the eligible domains (keys shared
+    /// between clones of the state).
+    counts: Vec<HashMap<Arc<str>, i64>>,
     paths: Vec<CriticalPaths>,
 }
 
-fn add_count(map: &mut HashMap<String, i64>, value: &str, delta: i64) -> i64 {
+fn add_count(map: &mut HashMap<Arc<str>, i64>, value: &str, delta: i64) -> i64 {
     match map.get_mut(value) {
         Some(c) => {
             *c += delta;
             *c
         }
         None => {
-            map.insert(value.to_string(), delta);
+            map.insert(Arc::from(value), delta);
             delta
         }
     }
@@ -674,7 +693,7 @@ impl PreFilterPlugin for PodTopologySpread {
         }
         let inclusion = NodeInclusion::new(pod);
         let namespace = pod.namespace();
-        let mut counts: Vec<HashMap<String, i64>> = constraints
+        let mut counts: Vec<HashMap<Arc<str>, i64>> = constraints
             .iter()
             .map(|c| {
                 HashMap::with_capacity(if c.topology_key == LABEL_HOSTNAME {

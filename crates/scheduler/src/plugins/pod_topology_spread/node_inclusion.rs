@@ -79,11 +79,12 @@ impl NodeInclusion {
         let terms = spec
             .and_then(|s| s.affinity.as_ref())
             .and_then(|a| a.node_affinity.as_ref())
-            .and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref())
+            .and_then(|a| {
+                a.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            })
             .map(|sel| sel.node_selector_terms.iter().map(parse_term).collect());
-        let tolerations = spec
-            .and_then(|s| s.tolerations.clone())
-            .unwrap_or_default();
+        let tolerations = spec.and_then(|s| s.tolerations.clone()).unwrap_or_default();
         NodeInclusion {
             node_selector,
             terms,
@@ -106,12 +107,10 @@ impl NodeInclusion {
         };
         terms.iter().flatten().any(|t| {
             (!t.labels.is_empty() || !t.names.is_empty())
-                && t
-                    .labels
+                && t.labels
                     .iter()
                     .all(|r| r.matches_fn(|k| labels.get(k).map(String::as_str)))
-                && t
-                    .names
+                && t.names
                     .iter()
                     .all(|(is_in, v)| (node.name() == v) == *is_in)
         })
@@ -145,9 +144,7 @@ impl NodeInclusion {
 mod tests {
     use super::*;
     use crate::snapshot::testing::{node, pod};
-    use k8s_openapi::api::core::v1::{
-        Affinity, NodeAffinity, NodeSelector, PodSpec, Taint,
-    };
+    use k8s_openapi::api::core::v1::{Affinity, NodeAffinity, NodeSelector, PodSpec, Taint};
 
     fn req(key: &str, op: &str, values: &[&str]) -> NodeSelectorRequirement {
         NodeSelectorRequirement {
@@ -181,9 +178,18 @@ mod tests {
         let cases = vec![
             (vec![term(vec![req("zone", "In", &["a", "b"])])], true),
             (vec![term(vec![req("zone", "NotIn", &["a"])])], false),
-            (vec![term(vec![req("zone", "In", &["a"]), req("gen", "Gt", &["6"])])], false),
             (
-                vec![term(vec![req("zone", "In", &["b"])]), term(vec![req("gen", "Lt", &["6"])])],
+                vec![term(vec![
+                    req("zone", "In", &["a"]),
+                    req("gen", "Gt", &["6"]),
+                ])],
+                false,
+            ),
+            (
+                vec![
+                    term(vec![req("zone", "In", &["b"])]),
+                    term(vec![req("gen", "Lt", &["6"])]),
+                ],
                 true,
             ),
             (vec![term(vec![req("zone", "Bogus", &["a"])])], false),
