@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Api, Client};
 use serde_json::{json, Value};
@@ -229,6 +229,13 @@ async fn measure(args: &SchedulerArgs, client: &Client, ns: &str, run: &str) -> 
             async move {
                 let n: Node = serde_json::from_value(node_json(i, run))?;
                 nodes.create(&PostParams::default(), &n).await.context("creating a node")?;
+                // Admission taints new nodes not-ready until a node controller sees them
+                // Ready; no controller looks after these, so lift it here.
+                let patch = json!({"spec": {"taints": null}});
+                nodes
+                    .patch(&format!("bench-node-{i}"), &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .context("untainting a node")?;
                 anyhow::Ok(())
             }
         })

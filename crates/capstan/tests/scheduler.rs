@@ -159,3 +159,36 @@ fn preemption_evicts_a_lower_priority_pod_for_a_higher_one() {
     let gone = s.kubectl(&["get", "pod", "low"]);
     assert!(!gone.status.success(), "the victim still exists");
 }
+
+#[test]
+fn invalid_scheduler_configuration_is_a_one_line_error_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles:\n- schedulerName: x\n  plugins:\n    score:\n      enabled: [{name: NodeResourcesFit, wieght: 2}]\n",
+            "profiles[0].plugins.score.enabled[0].wieght",
+        ),
+        (
+            "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\npercentageOfNodesToScore: 150\n",
+            "percentageOfNodesToScore",
+        ),
+        (
+            "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles:\n- pluginConfig:\n  - name: NodeResourcesFit\n    args: {scoringStrategy: {type: Cheapest}}\n",
+            "profiles[0].pluginConfig[0].args.scoringStrategy.type",
+        ),
+    ];
+    for (i, (yaml, field)) in cases.iter().enumerate() {
+        let path = dir.path().join(format!("c{i}.yaml"));
+        std::fs::write(&path, yaml).unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_capstan"))
+            .args(["scheduler", "--kubeconfig", "/nonexistent", "--config"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(err.contains(field), "case {i}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "case {i}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}

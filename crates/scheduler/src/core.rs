@@ -55,6 +55,7 @@ pub struct Stats {
 
 pub struct Core {
     profiles: Vec<Framework>,
+    interest: Vec<Interest>,
     pub snapshot: Snapshot,
     pub queue: SchedulingQueue,
     cursor: Cursor,
@@ -63,7 +64,13 @@ pub struct Core {
     pub stats: Stats,
 }
 
-struct ProfileHints<'a>(&'a [Framework]);
+/// For each profile, every plugin with the cluster events it registered (computed once).
+struct Interest {
+    scheduler_name: String,
+    plugins: Vec<(Arc<dyn crate::framework::Plugin>, Vec<ClusterEvent>)>,
+}
+
+struct ProfileHints<'a>(&'a [Interest]);
 
 impl Hints for ProfileHints<'_> {
     fn worth_retrying(
@@ -76,19 +83,27 @@ impl Hints for ProfileHints<'_> {
         if plugins.is_empty() {
             return true;
         }
-        let Some(fw) = self.0.iter().find(|f| f.scheduler_name == pod.scheduler_name()) else {
+        let Some(profile) = self.0.iter().find(|f| f.scheduler_name == pod.scheduler_name()) else {
             return false;
         };
-        fw.plugins().iter().any(|p| {
-            plugins.contains(p.name()) && p.events().contains(&event) && p.hint(pod, event, changed)
+        profile.plugins.iter().any(|(p, events)| {
+            events.contains(&event) && plugins.contains(p.name()) && p.hint(pod, event, changed)
         })
     }
 }
 
 impl Core {
     pub fn new(profiles: Vec<Framework>, queue: SchedulingQueue) -> Core {
+        let interest = profiles
+            .iter()
+            .map(|f| Interest {
+                scheduler_name: f.scheduler_name.clone(),
+                plugins: f.plugins().into_iter().map(|p| { let e = p.events(); (p, e) }).collect(),
+            })
+            .collect();
         Core {
             profiles,
+            interest,
             snapshot: Snapshot::new(),
             queue,
             cursor: Cursor::default(),
@@ -114,7 +129,7 @@ impl Core {
     }
 
     fn event(&mut self, event: ClusterEvent, changed: Option<&PodInfo>, now: Instant) {
-        let hints = ProfileHints(&self.profiles);
+        let hints = ProfileHints(&self.interest);
         self.queue.on_event(event, changed, &hints, now);
     }
 
@@ -545,5 +560,70 @@ mod tests {
         assert_eq!(core.snapshot.get("n").unwrap().requested.milli_cpu, 0);
         assert!(core.schedule_one(t0).is_none(), "retried before its backoff");
         assert!(matches!(core.schedule_one(t0 + Duration::from_secs(1)), Some(Action::Bind { .. })));
+    }
+}
+
+#[cfg(test)]
+mod bad_input {
+    use super::*;
+    use crate::config::{build_profiles, default_config};
+    use crate::snapshot::testing::{node, pod};
+    use std::time::Duration;
+
+    #[test]
+    fn impossible_and_broken_pods_neither_stall_the_queue_nor_crash() {
+        let mut core = Core::new(
+            build_profiles(&default_config()).unwrap(),
+            SchedulingQueue::new(Duration::from_secs(1), Duration::from_secs(10)),
+        );
+        let t0 = Instant::now();
+        core.on_node(node("n", &[("cpu", "4"), ("memory", "4Gi"), ("pods", "110")], &[]), t0);
+        // Impossible: huge request, a selector nothing has, an invalid affinity operator,
+        // a quantity that does not parse, and affinity to pods that never exist.
+        let mut huge = pod("huge", &[&[("cpu", "100000")]]);
+        huge.spec.as_mut().unwrap().priority = Some(100);
+        let mut nowhere = pod("nowhere", &[]);
+        nowhere.spec.as_mut().unwrap().node_selector = Some([("zone".to_string(), "moon".to_string())].into());
+        let mut broken: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "broken", "namespace": "default"},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "lots"}}}],
+                "affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"labelSelector": {"matchExpressions": [{"key": "a", "operator": "Sometimes"}]}, "topologyKey": "k"}]}}}
+        })).unwrap();
+        broken.spec.as_mut().unwrap().priority = Some(50);
+        let mut lonely: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "lonely", "namespace": "default"},
+            "spec": {"containers": [{"name": "c"}],
+                "affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"labelSelector": {"matchLabels": {"app": "ghost"}}, "topologyKey": "kubernetes.io/hostname"}]}}}
+        })).unwrap();
+        lonely.spec.as_mut().unwrap().priority = Some(10);
+        for p in [huge, nowhere, broken, lonely] {
+            core.on_pod(p, t0);
+        }
+        core.on_pod(pod("fine", &[&[("cpu", "1")]]), t0);
+        let mut failed = Vec::new();
+        let mut bound = Vec::new();
+        while let Some(a) = core.schedule_one(t0) {
+            match a {
+                Action::Bind { pod, node } => {
+                    core.bind_result(&pod.key, true, false, t0);
+                    bound.push((pod.name().to_string(), node));
+                }
+                Action::Failed { pod, .. } => failed.push(pod.name().to_string()),
+            }
+        }
+        assert_eq!(bound, [("fine".to_string(), "n".to_string())]);
+        failed.sort();
+        assert_eq!(failed, ["broken", "huge", "lonely", "nowhere"]);
+        // They are retried later, and fail again without harm.
+        let later = t0 + Duration::from_secs(600);
+        core.flush(later);
+        let mut again = 0;
+        while let Some(a) = core.schedule_one(later) {
+            assert!(matches!(a, Action::Failed { .. }));
+            again += 1;
+        }
+        assert_eq!(again, 4);
     }
 }

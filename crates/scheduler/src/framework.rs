@@ -131,10 +131,10 @@ impl<T: Any + Clone + Send + Sync> StateData for T {
 #[derive(Default)]
 pub struct CycleState {
     data: Vec<(&'static str, Box<dyn StateData>)>,
-    /// Plugins whose PreFilter returned Skip: their Filter is not run.
-    pub skip_filter: BTreeSet<&'static str>,
-    /// Plugins whose PreScore returned Skip: their Score is not run.
-    pub skip_score: BTreeSet<&'static str>,
+    /// Bit i set: the i-th Filter plugin of the profile is skipped (its PreFilter said Skip).
+    pub skip_filter: u64,
+    /// Bit i set: the i-th Score plugin of the profile is skipped (its PreScore said Skip).
+    pub skip_score: u64,
     /// PreFilter plugins that narrowed the candidate nodes to a set.
     pub narrowed_by: Vec<&'static str>,
 }
@@ -143,8 +143,8 @@ impl Clone for CycleState {
     fn clone(&self) -> Self {
         CycleState {
             data: self.data.iter().map(|(k, v)| (*k, (**v).clone_box())).collect(),
-            skip_filter: self.skip_filter.clone(),
-            skip_score: self.skip_score.clone(),
+            skip_filter: self.skip_filter,
+            skip_score: self.skip_score,
             narrowed_by: self.narrowed_by.clone(),
         }
     }
@@ -381,6 +381,14 @@ impl NodeStatuses {
     }
 }
 
+/// The bit of the plugin named `name` in `list` (0 when absent or beyond 64 plugins).
+fn position_bit(list: &[Enabled], name: &str) -> u64 {
+    match list.iter().position(|e| e.plugin.name() == name) {
+        Some(i) if i < 64 => 1 << i,
+        _ => 0,
+    }
+}
+
 /// One enabled plugin at one extension point.
 #[derive(Clone)]
 pub struct Enabled {
@@ -465,7 +473,7 @@ impl Framework {
             let (r, s) = p.pre_filter(state, pod, snapshot);
             match s.code {
                 Code::Skip => {
-                    state.skip_filter.insert(e.plugin.name());
+                    state.skip_filter |= position_bit(&self.filter, e.plugin.name());
                     continue;
                 }
                 Code::Success => {}
@@ -499,7 +507,7 @@ impl Framework {
         snapshot: &Snapshot,
     ) -> Status {
         for e in &self.pre_filter {
-            if state.skip_filter.contains(e.plugin.name()) {
+            if state.skip_filter & position_bit(&self.filter, e.plugin.name()) != 0 {
                 continue;
             }
             if let Some(p) = e.plugin.as_pre_filter().filter(|p| p.has_extensions()) {
@@ -522,7 +530,7 @@ impl Framework {
         snapshot: &Snapshot,
     ) -> Status {
         for e in &self.pre_filter {
-            if state.skip_filter.contains(e.plugin.name()) {
+            if state.skip_filter & position_bit(&self.filter, e.plugin.name()) != 0 {
                 continue;
             }
             if let Some(p) = e.plugin.as_pre_filter().filter(|p| p.has_extensions()) {
@@ -537,8 +545,8 @@ impl Framework {
 
     /// Run Filter plugins on one node; stops at the first rejection.
     pub fn run_filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        for e in &self.filter {
-            if state.skip_filter.contains(e.plugin.name()) {
+        for (i, e) in self.filter.iter().enumerate() {
+            if i < 64 && state.skip_filter & (1 << i) != 0 {
                 continue;
             }
             if let Some(p) = e.plugin.as_filter() {
@@ -622,7 +630,7 @@ impl Framework {
                 let s = p.pre_score(state, pod, nodes, snapshot);
                 match s.code {
                     Code::Skip => {
-                        state.skip_score.insert(e.plugin.name());
+                        state.skip_score |= position_bit(&self.score, e.plugin.name());
                     }
                     Code::Success => {}
                     _ => return s.from_plugin(e.plugin.name()),
@@ -643,8 +651,8 @@ impl Framework {
     ) -> Result<Vec<i64>, Status> {
         let mut totals = vec![0i64; nodes.len()];
         let mut scores: Vec<NodeScore> = Vec::with_capacity(nodes.len());
-        for e in &self.score {
-            if state.skip_score.contains(e.plugin.name()) {
+        for (i, e) in self.score.iter().enumerate() {
+            if i < 64 && state.skip_score & (1 << i) != 0 {
                 continue;
             }
             let Some(p) = e.plugin.as_score() else {

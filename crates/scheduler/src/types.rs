@@ -3,6 +3,7 @@
 //! ports, images). Mirrors `pkg/scheduler/framework/types.go`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use capstan_api::selector::label::LabelSelector;
@@ -58,10 +59,12 @@ impl Resource {
             "memory" => self.memory = v,
             "ephemeral-storage" => self.ephemeral_storage = v,
             "pods" => self.allowed_pod_number = v,
-            _ if is_scalar_resource(name) => match self.scalar.binary_search_by(|(n, _)| n.as_str().cmp(name)) {
-                Ok(i) => self.scalar[i].1 = v,
-                Err(i) => self.scalar.insert(i, (name.to_string(), v)),
-            },
+            _ if is_scalar_resource(name) => {
+                match self.scalar.binary_search_by(|(n, _)| n.as_str().cmp(name)) {
+                    Ok(i) => self.scalar[i].1 = v,
+                    Err(i) => self.scalar.insert(i, (name.to_string(), v)),
+                }
+            }
             _ => {}
         }
     }
@@ -135,7 +138,7 @@ pub struct HostPort {
 }
 
 /// A parsed pod (anti-)affinity term (`pkg/scheduler/framework.AffinityTerm`).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AffinityTerm {
     /// Namespaces named by the term; the pod's own namespace when it names none and has no
     /// namespace selector.
@@ -157,8 +160,7 @@ impl AffinityTerm {
             Some(s) => label_selector(s)?,
             None => LabelSelector::nothing(),
         };
-        let mut namespaces: BTreeSet<String> =
-            term.namespaces.iter().flatten().cloned().collect();
+        let mut namespaces: BTreeSet<String> = term.namespaces.iter().flatten().cloned().collect();
         if namespaces.is_empty() && term.namespace_selector.is_none() {
             namespaces.insert(pod_namespace.to_string());
         }
@@ -177,7 +179,26 @@ impl AffinityTerm {
                 && self
                     .namespace_selector
                     .matches_fn(|k| ns_labels.and_then(|l| l.get(k)).map(String::as_str)));
-        ns_ok && self.selector.matches_fn(|k| pod.labels().get(k).map(String::as_str))
+        ns_ok
+            && self
+                .selector
+                .matches_fn(|k| pod.labels().get(k).map(String::as_str))
+    }
+
+    /// A hash of the term's content (equal terms hash equally), for grouping equal terms.
+    pub fn content_hash(&self) -> u64 {
+        let mut h = std::hash::DefaultHasher::new();
+        self.namespaces.hash(&mut h);
+        self.topology_key.hash(&mut h);
+        for s in [&self.selector, &self.namespace_selector] {
+            s.is_nothing().hash(&mut h);
+            for r in s.requirements() {
+                r.key().hash(&mut h);
+                r.operator().hash(&mut h);
+                r.values().hash(&mut h);
+            }
+        }
+        h.finish()
     }
 }
 
@@ -215,6 +236,9 @@ pub struct PodInfo {
     pub preferred_anti_affinity: Vec<WeightedAffinityTerm>,
     /// Set when an affinity term could not be parsed; the pod is then unschedulable.
     pub parse_error: Option<String>,
+    /// A hash of the namespace and labels: pods with equal namespace and labels hash equally
+    /// (the snapshot groups them, so selectors are evaluated once per group).
+    pub label_hash: u64,
 }
 
 static EMPTY_LABELS: BTreeMap<String, String> = BTreeMap::new();
@@ -234,8 +258,16 @@ impl PodInfo {
             for p in c.ports.iter().flatten() {
                 if let Some(port) = p.host_port.filter(|p| *p > 0) {
                     host_ports.push(HostPort {
-                        ip: p.host_ip.clone().filter(|s| !s.is_empty()).unwrap_or_else(|| "0.0.0.0".into()),
-                        protocol: p.protocol.clone().filter(|s| !s.is_empty()).unwrap_or_else(|| "TCP".into()),
+                        ip: p
+                            .host_ip
+                            .clone()
+                            .filter(|s| !s.is_empty())
+                            .unwrap_or_else(|| "0.0.0.0".into()),
+                        protocol: p
+                            .protocol
+                            .clone()
+                            .filter(|s| !s.is_empty())
+                            .unwrap_or_else(|| "TCP".into()),
                         port,
                     });
                 }
@@ -253,6 +285,7 @@ impl PodInfo {
             preferred_affinity: Vec::new(),
             preferred_anti_affinity: Vec::new(),
             parse_error: None,
+            label_hash: label_hash(&ns, pod.metadata.labels.as_ref().unwrap_or(&EMPTY_LABELS)),
             pod: pod.clone(),
         };
         if let Some(aff) = spec.and_then(|s| s.affinity.as_ref()) {
@@ -327,7 +360,11 @@ impl PodInfo {
 
     /// `spec.nodeName`, empty when unassigned.
     pub fn node_name(&self) -> &str {
-        self.pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).unwrap_or("")
+        self.pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .unwrap_or("")
     }
 
     pub fn scheduler_name(&self) -> &str {
@@ -350,6 +387,13 @@ impl PodInfo {
     pub fn terminating(&self) -> bool {
         self.pod.metadata.deletion_timestamp.is_some()
     }
+}
+
+fn label_hash(namespace: &str, labels: &BTreeMap<String, String>) -> u64 {
+    let mut h = std::hash::DefaultHasher::new();
+    namespace.hash(&mut h);
+    labels.hash(&mut h);
+    h.finish()
 }
 
 fn container_requests(c: &Container) -> Resource {
@@ -380,8 +424,16 @@ fn pod_requests(pod: &Pod) -> (Resource, i64, i64) {
                 .is_some_and(|m| m.contains_key(n))
         };
         (
-            if has("cpu") { r.milli_cpu } else { DEFAULT_MILLI_CPU_REQUEST },
-            if has("memory") { r.memory } else { DEFAULT_MEMORY_REQUEST },
+            if has("cpu") {
+                r.milli_cpu
+            } else {
+                DEFAULT_MILLI_CPU_REQUEST
+            },
+            if has("memory") {
+                r.memory
+            } else {
+                DEFAULT_MEMORY_REQUEST
+            },
         )
     };
     for c in &spec.containers {
@@ -393,7 +445,8 @@ fn pod_requests(pod: &Pod) -> (Resource, i64, i64) {
     }
     let mut sidecars = Resource::default();
     let mut init_max = Resource::default();
-    let (mut nz_init_cpu, mut nz_init_mem, mut nz_side_cpu, mut nz_side_mem) = (0i64, 0i64, 0i64, 0i64);
+    let (mut nz_init_cpu, mut nz_init_mem, mut nz_side_cpu, mut nz_side_mem) =
+        (0i64, 0i64, 0i64, 0i64);
     for c in spec.init_containers.iter().flatten() {
         let r = container_requests(c);
         let (a, b) = non_zero(&r, c);
@@ -446,6 +499,16 @@ pub struct NodeInfo {
     pub image_sizes: HashMap<String, i64>,
     /// Bumped on every change.
     pub generation: u64,
+    /// `spec.unschedulable` (cordoned).
+    pub unschedulable: bool,
+    /// The node has a `NoSchedule` or `NoExecute` taint.
+    pub has_no_schedule_taints: bool,
+    /// The node has a `PreferNoSchedule` taint.
+    pub has_prefer_no_schedule_taints: bool,
+    /// Position in `Snapshot::nodes()`, with the snapshot's tag for the node's labels at that
+    /// position (see `snapshot::NodeSlots`); `usize::MAX` and 0 outside a snapshot.
+    pub index: usize,
+    pub slot: u64,
 }
 
 impl NodeInfo {
@@ -463,6 +526,11 @@ impl NodeInfo {
             pvc_ref_counts: HashMap::new(),
             image_sizes: HashMap::new(),
             generation: 0,
+            unschedulable: false,
+            has_no_schedule_taints: false,
+            has_prefer_no_schedule_taints: false,
+            index: usize::MAX,
+            slot: 0,
         };
         n.set_node(Arc::new(node));
         n
@@ -478,9 +546,17 @@ impl NodeInfo {
         self.image_sizes.clear();
         for img in status.and_then(|s| s.images.as_ref()).into_iter().flatten() {
             for name in img.names.iter().flatten() {
-                self.image_sizes.insert(name.clone(), img.size_bytes.unwrap_or(0));
+                self.image_sizes
+                    .insert(name.clone(), img.size_bytes.unwrap_or(0));
             }
         }
+        let spec = node.spec.as_ref();
+        self.unschedulable = spec.and_then(|s| s.unschedulable).unwrap_or(false);
+        let taints = spec.and_then(|s| s.taints.as_deref()).unwrap_or(&[]);
+        self.has_no_schedule_taints = taints
+            .iter()
+            .any(|t| t.effect == "NoSchedule" || t.effect == "NoExecute");
+        self.has_prefer_no_schedule_taints = taints.iter().any(|t| t.effect == "PreferNoSchedule");
         self.node = node;
         self.generation += 1;
     }
@@ -524,7 +600,8 @@ impl NodeInfo {
         let i = self.pods.iter().position(|p| p.key == key)?;
         let pod = self.pods.swap_remove(i);
         self.pods_with_affinity.retain(|p| p.key != key);
-        self.pods_with_required_anti_affinity.retain(|p| p.key != key);
+        self.pods_with_required_anti_affinity
+            .retain(|p| p.key != key);
         self.requested.sub(&pod.requests);
         self.non_zero_cpu = self.non_zero_cpu.saturating_sub(pod.non_zero_cpu);
         self.non_zero_memory = self.non_zero_memory.saturating_sub(pod.non_zero_memory);

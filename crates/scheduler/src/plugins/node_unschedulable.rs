@@ -73,7 +73,7 @@ impl Plugin for NodeUnschedulable {
 
 impl FilterPlugin for NodeUnschedulable {
     fn filter(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        if !unschedulable(&node.node) || tolerates_unschedulable(pod) {
+        if !node.unschedulable || tolerates_unschedulable(pod) {
             return Status::success();
         }
         Status::unresolvable(ERR_REASON_UNSCHEDULABLE)

@@ -144,6 +144,9 @@ impl Plugin for TaintToleration {
 
 impl FilterPlugin for TaintToleration {
     fn filter(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        if !node.has_no_schedule_taints {
+            return Status::success();
+        }
         match first_untolerated_taint(node.taints(), pod_tolerations(pod)) {
             None => Status::success(),
             Some(t) => Status::unresolvable(format!(
@@ -160,6 +163,9 @@ impl ScorePlugin for TaintToleration {
     /// an empty or `PreferNoSchedule` effect can tolerate those, so no per-pod filtering of the
     /// tolerations (Kubernetes' PreScore) is needed.
     fn score(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        if !node.has_prefer_no_schedule_taints {
+            return Ok(0);
+        }
         let tolerations = pod_tolerations(pod);
         let n = node
             .taints()

@@ -7,7 +7,7 @@
 //! the incoming pod's required terms and the existing pods whose required anti-affinity matches
 //! the incoming pod; Filter then only looks the node's topology values up in those counts.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde::Deserialize;
@@ -17,7 +17,7 @@ use crate::framework::{
     ClusterEvent, CycleState, FilterPlugin, NodeScore, Plugin, PreFilterPlugin, PreFilterResult,
     PreScorePlugin, ScorePlugin, Status, MAX_NODE_SCORE,
 };
-use crate::snapshot::Snapshot;
+use crate::snapshot::{NodeCounts, NodeValues, Snapshot, TermKind, ValueCounts};
 use crate::types::{AffinityTerm, NodeInfo, PodInfo, WeightedAffinityTerm};
 
 use super::parse_args;
@@ -153,86 +153,90 @@ fn merge_namespaces(term: &AffinityTerm, snapshot: &Snapshot) -> AffinityTerm {
 // ---------------------------------------------------------------------------------------------
 // Topology counts.
 
-/// Number of matching pods per topology pair: label key → label value → count. Entries that drop
-/// to zero are removed, so `is_empty` means no pair has a count.
-#[derive(Debug, Clone, Default, PartialEq)]
-struct TopologyCounts(HashMap<String, HashMap<String, i64>>);
+/// Number of matching pods (or summed weights) per topology pair: per label key, per value id.
+/// Each key has a fixed slot once added, so terms can refer to their key's slot.
+#[derive(Debug, Clone, Default)]
+struct TopologyCounts(Vec<ValueCounts>);
 
 impl TopologyCounts {
-    fn add(&mut self, key: &str, value: &str, delta: i64) {
-        if !self.0.contains_key(key) {
-            self.0.insert(key.to_string(), HashMap::new());
-        }
-        let Some(values) = self.0.get_mut(key) else {
-            return;
-        };
-        let now = match values.get_mut(value) {
-            Some(c) => {
-                *c += delta;
-                *c
-            }
+    /// The slot of `key`, added (with the snapshot's values of that label) when missing.
+    fn slot(&mut self, key: &str, snapshot: Option<&Snapshot>) -> usize {
+        match self.0.iter().position(|c| c.key() == key) {
+            Some(i) => i,
             None => {
-                values.insert(value.to_string(), delta);
-                delta
-            }
-        };
-        if now == 0 {
-            values.remove(value);
-            if values.is_empty() {
-                self.0.remove(key);
+                let values = match snapshot {
+                    Some(s) => s.node_values(key),
+                    None => NodeValues::detached(key),
+                };
+                self.0.push(ValueCounts::new(values));
+                self.0.len() - 1
             }
         }
     }
 
-    /// Add `delta` to the pair the node has for `key`, if it has that label.
-    fn add_for_node(&mut self, labels: &BTreeMap<String, String>, key: &str, delta: i64) {
-        if let Some(v) = labels.get(key) {
-            self.add(key, v, delta);
+    /// Add `delta` to value `id` of `slot`; a pair whose count drops to zero is removed, so
+    /// `is_empty` means no pair has a count.
+    fn add_id(&mut self, slot: usize, id: u32, delta: i64) {
+        let c = &mut self.0[slot];
+        if c.add(id, delta) == 0 {
+            c.remove(id);
         }
     }
 
-    fn get(&self, key: &str, value: &str) -> i64 {
-        self.0
-            .get(key)
-            .and_then(|m| m.get(value))
-            .copied()
-            .unwrap_or(0)
+    /// Add `delta` to the pair `key`=`value`.
+    #[cfg(test)]
+    fn add(&mut self, key: &str, value: &str, delta: i64) {
+        let s = self.slot(key, None);
+        let id = self.0[s].id_or_insert(value);
+        self.add_id(s, id, delta);
+    }
+
+    /// Add `delta` to the pair the node has for the key of `slot`, if it has that label.
+    fn add_for_node(&mut self, slot: usize, node: &NodeInfo, delta: i64) {
+        if let Some(id) = self.0[slot].of_or_insert(node) {
+            self.add_id(slot, id, delta);
+        }
+    }
+
+    /// Add `delta` for each of the snapshot's nodes in `nodes` (times its count) to the pair
+    /// it has for the key of `slot`. Returns whether some node has the label.
+    fn add_for_nodes(&mut self, slot: usize, nodes: &NodeCounts, delta: i64) -> bool {
+        let mut any = false;
+        for (&n, &count) in nodes {
+            if let Some(id) = self.0[slot].at(n as usize) {
+                any = true;
+                self.add_id(slot, id, delta * i64::from(count));
+            }
+        }
+        any
+    }
+
+    /// The count of the pair the node has for the key of `slot`: None when the node lacks the
+    /// label.
+    fn get_for_node(&self, slot: usize, node: &NodeInfo) -> Option<i64> {
+        let c = &self.0[slot];
+        c.of(node).map(|id| id.map_or(0, |id| c.count(id)))
     }
 
     fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.0.iter().all(ValueCounts::is_empty)
     }
 
-    /// Count `existing` (on a node with `labels`) for each of the incoming pod's affinity terms,
-    /// when it matches all of them.
-    fn update_affinity(
-        &mut self,
-        terms: &[AffinityTerm],
-        existing: &PodInfo,
-        labels: &BTreeMap<String, String>,
-        delta: i64,
-    ) {
-        if matches_all(terms, existing) {
-            for t in terms {
-                self.add_for_node(labels, &t.topology_key, delta);
+    /// Every pair with its count.
+    fn pairs(&self) -> BTreeMap<(String, String), i64> {
+        let mut out = BTreeMap::new();
+        for c in &self.0 {
+            for (id, n) in c.iter() {
+                out.insert((c.key().to_string(), c.name(id).to_string()), n);
             }
         }
+        out
     }
+}
 
-    /// Count `target` (on a node with `labels`) for each anti-affinity term it matches.
-    fn update_anti_affinity(
-        &mut self,
-        terms: &[AffinityTerm],
-        target: &PodInfo,
-        ns_labels: Option<&BTreeMap<String, String>>,
-        labels: &BTreeMap<String, String>,
-        delta: i64,
-    ) {
-        for t in terms {
-            if labels.contains_key(&t.topology_key) && term_matches(t, target, ns_labels) {
-                self.add_for_node(labels, &t.topology_key, delta);
-            }
-        }
+impl PartialEq for TopologyCounts {
+    fn eq(&self, other: &Self) -> bool {
+        self.pairs() == other.pairs()
     }
 }
 
@@ -246,6 +250,10 @@ struct IncomingPod {
     affinity: Vec<AffinityTerm>,
     /// Required anti-affinity terms, namespace selectors merged.
     anti_affinity: Vec<AffinityTerm>,
+    /// The slot of each affinity term's key in `PreFilterState::affinity`.
+    affinity_slots: Vec<usize>,
+    /// The slot of each anti-affinity term's key in `PreFilterState::anti_affinity`.
+    anti_affinity_slots: Vec<usize>,
     /// The pod matches all of its own affinity terms.
     matches_own_affinity: bool,
     /// Labels of the pod's namespace (for existing pods' namespace selectors).
@@ -264,36 +272,46 @@ struct PreFilterState {
 }
 
 impl PreFilterState {
-    /// Account for `other` added (`delta` 1) or removed (-1) on the node with `labels`.
+    /// Account for `other` added (`delta` 1) or removed (-1) on `node`.
     fn update_with_pod(
         &mut self,
         incoming: &PodInfo,
         other: &PodInfo,
-        labels: &BTreeMap<String, String>,
+        node: &NodeInfo,
+        snapshot: &Snapshot,
         delta: i64,
     ) {
         let pod = self.pod.clone();
-        self.existing_anti_affinity.update_anti_affinity(
-            &other.required_anti_affinity,
-            incoming,
-            pod.ns_labels.as_ref(),
-            labels,
-            delta,
-        );
-        self.affinity
-            .update_affinity(&pod.affinity, other, labels, delta);
-        self.anti_affinity
-            .update_anti_affinity(&pod.anti_affinity, other, None, labels, delta);
+        for t in &other.required_anti_affinity {
+            if node.labels().contains_key(&t.topology_key)
+                && term_matches(t, incoming, pod.ns_labels.as_ref())
+            {
+                let s = self
+                    .existing_anti_affinity
+                    .slot(&t.topology_key, Some(snapshot));
+                self.existing_anti_affinity.add_for_node(s, node, delta);
+            }
+        }
+        if matches_all(&pod.affinity, other) {
+            for &s in &pod.affinity_slots {
+                self.affinity.add_for_node(s, node, delta);
+            }
+        }
+        for (t, &s) in pod.anti_affinity.iter().zip(&pod.anti_affinity_slots) {
+            if term_matches(t, other, None) {
+                self.anti_affinity.add_for_node(s, node, delta);
+            }
+        }
     }
 
     /// `satisfyPodAffinity`: every affinity term's topology key is on the node and some pod in
     /// that topology matches, or no pod matches anywhere and the pod matches its own terms.
-    fn satisfies_affinity(&self, labels: &BTreeMap<String, String>) -> bool {
+    fn satisfies_affinity(&self, node: &NodeInfo) -> bool {
         let mut pods_exist = true;
-        for t in &self.pod.affinity {
-            match labels.get(&t.topology_key) {
-                Some(v) => {
-                    if self.affinity.get(&t.topology_key, v) <= 0 {
+        for &s in &self.pod.affinity_slots {
+            match self.affinity.get_for_node(s, node) {
+                Some(n) => {
+                    if n <= 0 {
                         pods_exist = false;
                     }
                 }
@@ -304,25 +322,26 @@ impl PreFilterState {
     }
 
     /// `satisfyPodAntiAffinity`: no pod matching an anti-affinity term in the node's topology.
-    fn satisfies_anti_affinity(&self, labels: &BTreeMap<String, String>) -> bool {
+    fn satisfies_anti_affinity(&self, node: &NodeInfo) -> bool {
         if self.anti_affinity.is_empty() {
             return true;
         }
-        !self.pod.anti_affinity.iter().any(|t| {
-            labels
-                .get(&t.topology_key)
-                .is_some_and(|v| self.anti_affinity.get(&t.topology_key, v) > 0)
+        !self.pod.anti_affinity_slots.iter().any(|&s| {
+            self.anti_affinity
+                .get_for_node(s, node)
+                .is_some_and(|n| n > 0)
         })
     }
 
     /// `satisfyExistingPodsAntiAffinity`: no existing pod in any of the node's topologies has a
     /// required anti-affinity term matching the incoming pod.
-    fn satisfies_existing_anti_affinity(&self, labels: &BTreeMap<String, String>) -> bool {
-        self.existing_anti_affinity.0.iter().all(|(key, values)| {
-            labels
-                .get(key)
-                .and_then(|v| values.get(v))
-                .is_none_or(|c| *c <= 0)
+    fn satisfies_existing_anti_affinity(&self, node: &NodeInfo) -> bool {
+        (0..self.existing_anti_affinity.0.len()).all(|s| {
+            self.existing_anti_affinity.0[s].is_empty()
+                || self
+                    .existing_anti_affinity
+                    .get_for_node(s, node)
+                    .is_none_or(|n| n <= 0)
         })
     }
 }
@@ -344,6 +363,11 @@ impl PreFilterPlugin for InterPodAffinity {
                 Status::unresolvable(format!("parsing pod: {e}")),
             );
         }
+        let incoming_terms =
+            !pod.required_affinity.is_empty() || !pod.required_anti_affinity.is_empty();
+        if !incoming_terms && !snapshot.have_pods_with_required_anti_affinity() {
+            return (PreFilterResult::default(), Status::skip());
+        }
         let ns_labels = snapshot.namespace_labels(pod.namespace()).cloned();
         let affinity: Vec<AffinityTerm> = pod
             .required_affinity
@@ -355,64 +379,38 @@ impl PreFilterPlugin for InterPodAffinity {
             .iter()
             .map(|t| merge_namespaces(t, snapshot))
             .collect();
-
+        // Existing pods' required anti-affinity terms, each distinct term evaluated once.
         let mut existing_anti_affinity = TopologyCounts::default();
+        for g in snapshot.term_groups(TermKind::RequiredAntiAffinity) {
+            if term_matches(&g.term, pod, ns_labels.as_ref()) {
+                let s = existing_anti_affinity.slot(&g.term.topology_key, Some(snapshot));
+                existing_anti_affinity.add_for_nodes(s, &g.nodes, 1);
+            }
+        }
+
+        // The incoming pod's terms against the existing pods, each group of pods with equal
+        // namespace and labels evaluated once.
         let mut affinity_counts = TopologyCounts::default();
         let mut anti_affinity_counts = TopologyCounts::default();
-        let incoming_terms = !affinity.is_empty() || !anti_affinity.is_empty();
-        let mut anti_on_node: Vec<bool> = Vec::with_capacity(anti_affinity.len());
-        let mut anti_matches: Vec<i64> = Vec::with_capacity(anti_affinity.len());
-        for node in snapshot.nodes() {
-            let labels = node.labels();
-            if labels.is_empty() {
-                continue;
-            }
-            for existing in &node.pods_with_required_anti_affinity {
-                existing_anti_affinity.update_anti_affinity(
-                    &existing.required_anti_affinity,
-                    pod,
-                    ns_labels.as_ref(),
-                    labels,
-                    1,
-                );
-            }
-            if !incoming_terms {
-                continue;
-            }
-            // Matches are counted per node first, then added to the topology pairs once.
-            let affinity_keys = affinity
-                .iter()
-                .any(|t| labels.contains_key(&t.topology_key));
-            anti_on_node.clear();
-            anti_on_node.extend(
-                anti_affinity
-                    .iter()
-                    .map(|t| labels.contains_key(&t.topology_key)),
-            );
-            if !affinity_keys && !anti_on_node.contains(&true) {
-                continue;
-            }
-            let mut affinity_matches = 0i64;
-            anti_matches.clear();
-            anti_matches.resize(anti_affinity.len(), 0);
-            for existing in &node.pods {
-                if affinity_keys && matches_all(&affinity, existing) {
-                    affinity_matches += 1;
-                }
-                for (i, t) in anti_affinity.iter().enumerate() {
-                    if anti_on_node[i] && term_matches(t, existing, None) {
-                        anti_matches[i] += 1;
+        let affinity_slots: Vec<usize> = affinity
+            .iter()
+            .map(|t| affinity_counts.slot(&t.topology_key, Some(snapshot)))
+            .collect();
+        let anti_affinity_slots: Vec<usize> = anti_affinity
+            .iter()
+            .map(|t| anti_affinity_counts.slot(&t.topology_key, Some(snapshot)))
+            .collect();
+        if incoming_terms {
+            for g in snapshot.pod_groups() {
+                if matches_all(&affinity, &g.pod) {
+                    for &s in &affinity_slots {
+                        affinity_counts.add_for_nodes(s, &g.nodes, 1);
                     }
                 }
-            }
-            if affinity_matches > 0 {
-                for t in &affinity {
-                    affinity_counts.add_for_node(labels, &t.topology_key, affinity_matches);
-                }
-            }
-            for (t, n) in anti_affinity.iter().zip(&anti_matches) {
-                if *n > 0 {
-                    anti_affinity_counts.add_for_node(labels, &t.topology_key, *n);
+                for (t, &s) in anti_affinity.iter().zip(&anti_affinity_slots) {
+                    if term_matches(t, &g.pod, None) {
+                        anti_affinity_counts.add_for_nodes(s, &g.nodes, 1);
+                    }
                 }
             }
         }
@@ -427,6 +425,8 @@ impl PreFilterPlugin for InterPodAffinity {
                 pod: Arc::new(IncomingPod {
                     affinity,
                     anti_affinity,
+                    affinity_slots,
+                    anti_affinity_slots,
                     matches_own_affinity,
                     ns_labels,
                 }),
@@ -448,12 +448,12 @@ impl PreFilterPlugin for InterPodAffinity {
         pod: &PodInfo,
         added: &PodInfo,
         node: &NodeInfo,
-        _snapshot: &Snapshot,
+        snapshot: &Snapshot,
     ) -> Status {
         let Some(s) = state.read_mut::<PreFilterState>(PRE_FILTER_KEY) else {
             return missing_state(PRE_FILTER_KEY);
         };
-        s.update_with_pod(pod, added, node.labels(), 1);
+        s.update_with_pod(pod, added, node, snapshot, 1);
         Status::success()
     }
 
@@ -463,12 +463,12 @@ impl PreFilterPlugin for InterPodAffinity {
         pod: &PodInfo,
         removed: &PodInfo,
         node: &NodeInfo,
-        _snapshot: &Snapshot,
+        snapshot: &Snapshot,
     ) -> Status {
         let Some(s) = state.read_mut::<PreFilterState>(PRE_FILTER_KEY) else {
             return missing_state(PRE_FILTER_KEY);
         };
-        s.update_with_pod(pod, removed, node.labels(), -1);
+        s.update_with_pod(pod, removed, node, snapshot, -1);
         Status::success()
     }
 }
@@ -478,14 +478,13 @@ impl FilterPlugin for InterPodAffinity {
         let Some(s) = state.read::<PreFilterState>(PRE_FILTER_KEY) else {
             return missing_state(PRE_FILTER_KEY);
         };
-        let labels = node.labels();
-        if !s.satisfies_affinity(labels) {
+        if !s.satisfies_affinity(node) {
             return Status::unresolvable(ERR_REASON_AFFINITY);
         }
-        if !s.satisfies_anti_affinity(labels) {
+        if !s.satisfies_anti_affinity(node) {
             return Status::unschedulable(ERR_REASON_ANTI_AFFINITY);
         }
-        if !s.satisfies_existing_anti_affinity(labels) {
+        if !s.satisfies_existing_anti_affinity(node) {
             return Status::unschedulable(ERR_REASON_EXISTING_ANTI_AFFINITY);
         }
         Status::success()
@@ -495,64 +494,10 @@ impl FilterPlugin for InterPodAffinity {
 // ---------------------------------------------------------------------------------------------
 // PreScore / Score / NormalizeScore.
 
-/// Score per topology pair: label key → label value → summed weights.
-type TopologyScores = HashMap<String, HashMap<String, i64>>;
-
 #[derive(Debug, Clone)]
 struct PreScoreState {
-    scores: Arc<TopologyScores>,
-}
-
-/// Adds `weight` to the pair of the node (with `labels`) for `term`, if `pod` matches it.
-/// Returns whether an entry was touched.
-fn process_term(
-    scores: &mut TopologyScores,
-    term: &AffinityTerm,
-    weight: i64,
-    pod: &PodInfo,
-    ns_labels: Option<&BTreeMap<String, String>>,
-    labels: &BTreeMap<String, String>,
-) -> bool {
-    let Some(v) = labels.get(&term.topology_key) else {
-        return false;
-    };
-    if !term_matches(term, pod, ns_labels) {
-        return false;
-    }
-    if !scores.contains_key(&term.topology_key) {
-        scores.insert(term.topology_key.clone(), HashMap::new());
-    }
-    if let Some(values) = scores.get_mut(&term.topology_key) {
-        match values.get_mut(v) {
-            Some(s) => *s += weight,
-            None => {
-                values.insert(v.clone(), weight);
-            }
-        }
-    }
-    true
-}
-
-fn process_terms(
-    scores: &mut TopologyScores,
-    terms: &[WeightedAffinityTerm],
-    sign: i64,
-    pod: &PodInfo,
-    ns_labels: Option<&BTreeMap<String, String>>,
-    labels: &BTreeMap<String, String>,
-) -> bool {
-    let mut touched = false;
-    for t in terms {
-        touched |= process_term(
-            scores,
-            &t.term,
-            i64::from(t.weight) * sign,
-            pod,
-            ns_labels,
-            labels,
-        );
-    }
-    touched
+    /// Summed weights per topology pair (a pair stays once touched, even at 0).
+    scores: Arc<TopologyCounts>,
 }
 
 impl PreScorePlugin for InterPodAffinity {
@@ -583,58 +528,61 @@ impl PreScorePlugin for InterPodAffinity {
                 })
                 .collect()
         };
+        let hard_weight = i64::from(self.args.hard_pod_affinity_weight);
+        let existing_terms = (hard_weight > 0 && snapshot.has_terms(TermKind::RequiredAffinity))
+            || snapshot.has_terms(TermKind::PreferredAffinity)
+            || snapshot.has_terms(TermKind::PreferredAntiAffinity);
+        if !has_constraints && !existing_terms {
+            return Status::skip();
+        }
         let preferred_affinity = merge(&pod.preferred_affinity);
         let preferred_anti_affinity = merge(&pod.preferred_anti_affinity);
         let ns_labels = snapshot.namespace_labels(pod.namespace());
-        let hard_weight = i64::from(self.args.hard_pod_affinity_weight);
-
-        let mut scores = TopologyScores::new();
+        let mut scores = TopologyCounts::default();
         let mut touched = false;
-        for node in snapshot.nodes() {
-            let labels = node.labels();
-            if labels.is_empty() {
-                continue;
+        // Adds `weight` per counted pod (or term) of each node to its pair for `key`.
+        let mut add = |key: &str, weight: i64, nodes: &NodeCounts| {
+            let slot = scores.slot(key, Some(snapshot));
+            let c = &mut scores.0[slot];
+            for (&n, &count) in nodes {
+                if let Some(id) = c.at(n as usize) {
+                    touched = true;
+                    c.add(id, weight * i64::from(count));
+                }
             }
-            let existing_pods = if has_constraints {
-                &node.pods
-            } else {
-                &node.pods_with_affinity
-            };
-            for existing in existing_pods {
-                // The incoming pod's preferred terms against the existing pod.
-                touched |=
-                    process_terms(&mut scores, &preferred_affinity, 1, existing, None, labels);
-                touched |= process_terms(
-                    &mut scores,
-                    &preferred_anti_affinity,
-                    -1,
-                    existing,
-                    None,
-                    labels,
-                );
-                // The existing pod's terms against the incoming pod.
-                if hard_weight > 0 {
-                    for t in &existing.required_affinity {
-                        touched |=
-                            process_term(&mut scores, t, hard_weight, pod, ns_labels, labels);
+        };
+        // The incoming pod's preferred terms against the existing pods, per group of pods
+        // with equal namespace and labels.
+        if has_constraints {
+            for g in snapshot.pod_groups() {
+                for (terms, sign) in [(&preferred_affinity, 1), (&preferred_anti_affinity, -1)] {
+                    for t in terms {
+                        if term_matches(&t.term, &g.pod, None) {
+                            add(&t.term.topology_key, i64::from(t.weight) * sign, &g.nodes);
+                        }
                     }
                 }
-                touched |= process_terms(
-                    &mut scores,
-                    &existing.preferred_affinity,
-                    1,
-                    pod,
-                    ns_labels,
-                    labels,
-                );
-                touched |= process_terms(
-                    &mut scores,
-                    &existing.preferred_anti_affinity,
-                    -1,
-                    pod,
-                    ns_labels,
-                    labels,
-                );
+            }
+        }
+        // The existing pods' terms against the incoming pod, per group of equal terms.
+        let kinds = [
+            (TermKind::RequiredAffinity, 1),
+            (TermKind::PreferredAffinity, 1),
+            (TermKind::PreferredAntiAffinity, -1),
+        ];
+        for (kind, sign) in kinds {
+            if kind == TermKind::RequiredAffinity && hard_weight <= 0 {
+                continue;
+            }
+            for g in snapshot.term_groups(kind) {
+                if term_matches(&g.term, pod, ns_labels) {
+                    let weight = if kind == TermKind::RequiredAffinity {
+                        hard_weight
+                    } else {
+                        i64::from(g.weight) * sign
+                    };
+                    add(&g.term.topology_key, weight, &g.nodes);
+                }
             }
         }
         if !touched {
@@ -655,12 +603,9 @@ impl ScorePlugin for InterPodAffinity {
         let Some(s) = state.read::<PreScoreState>(PRE_SCORE_KEY) else {
             return Err(missing_state(PRE_SCORE_KEY));
         };
-        let labels = node.labels();
         let mut score = 0i64;
-        for (key, values) in s.scores.iter() {
-            if let Some(v) = labels.get(key) {
-                score += values.get(v).copied().unwrap_or(0);
-            }
+        for slot in 0..s.scores.0.len() {
+            score += s.scores.get_for_node(slot, node).unwrap_or(0);
         }
         Ok(score)
     }

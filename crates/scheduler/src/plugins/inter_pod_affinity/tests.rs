@@ -1,7 +1,7 @@
 //! Kubernetes' `interpodaffinity` unit tests (filtering_test.go, scoring_test.go,
 //! plugin_test.go), translated.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{
@@ -222,11 +222,29 @@ fn run_filter(incoming: PodB, pods: Vec<PodB>, nodes: Vec<Node>) -> (Status, Vec
     if !pre.is_success() {
         return (pre, Vec::new());
     }
-    let statuses = names
+    let statuses: Vec<Status> = names
         .iter()
         .map(|n| p.filter(&state, &pod, s.get(n).expect("node in snapshot")))
         .collect();
+    // A node outside the snapshot (looked up by its labels) gets the same verdict.
+    for (n, want) in names.iter().zip(&statuses) {
+        let outside = detached(s.get(n).expect("node in snapshot"));
+        assert_eq!(
+            &p.filter(&state, &pod, &outside),
+            want,
+            "{n} outside the snapshot"
+        );
+    }
     (pre, statuses)
+}
+
+/// A copy of the node that is not (a clone of) the snapshot's.
+fn detached(n: &NodeInfo) -> NodeInfo {
+    let mut d = NodeInfo::new((*n.node).clone());
+    for p in &n.pods {
+        d.add_pod(p.clone());
+    }
+    d
 }
 
 // ----- Filter: one node ----------------------------------------------------------------------
@@ -1109,6 +1127,8 @@ fn run_score(
     for n in &names {
         let idx = s.index_of(n).expect("index");
         let score = p.score(&state, &pod, &s.nodes()[idx])?;
+        let outside = p.score(&state, &pod, &detached(&s.nodes()[idx]))?;
+        assert_eq!(outside, score, "{n} outside the snapshot");
         scores.push(NodeScore { node: idx, score });
     }
     let st = p.normalize(&state, &pod, &mut scores);

@@ -260,7 +260,7 @@ impl AllocationScorer {
             let utilization = if req > alloc {
                 MAX_UTILIZATION
             } else {
-                (i128::from(req) * i128::from(MAX_UTILIZATION) / i128::from(alloc)) as i64
+                scale(req, MAX_UTILIZATION, alloc)
             };
             let s = broken_linear(shape, utilization);
             if s > 0 {
@@ -317,7 +317,19 @@ fn least_requested(requested: i64, capacity: i64) -> i64 {
     if capacity == 0 || requested > capacity {
         return 0;
     }
-    (i128::from(capacity - requested) * i128::from(MAX_NODE_SCORE) / i128::from(capacity)) as i64
+    scale(capacity - requested, MAX_NODE_SCORE, capacity)
+}
+
+/// `value * factor / divisor` without overflow: in i64 when the product fits (the common
+/// case, much cheaper than 128-bit division), else in i128.
+fn scale(value: i64, factor: i64, divisor: i64) -> i64 {
+    match value
+        .checked_mul(factor)
+        .and_then(|p| p.checked_div(divisor))
+    {
+        Some(v) => v,
+        None => (i128::from(value) * i128::from(factor) / i128::from(divisor)) as i64,
+    }
 }
 
 /// The share of the resource in use, 0..=MAX_NODE_SCORE (over-commitment counts as full).
@@ -326,7 +338,7 @@ fn most_requested(requested: i64, capacity: i64) -> i64 {
         return 0;
     }
     let requested = requested.min(capacity);
-    (i128::from(requested) * i128::from(MAX_NODE_SCORE) / i128::from(capacity)) as i64
+    scale(requested, MAX_NODE_SCORE, capacity)
 }
 
 /// The piecewise linear function through the shape points (`helper.BuildBrokenLinearFunction`):

@@ -20,7 +20,7 @@ use crate::framework::{
     ClusterEvent, CycleState, FilterPlugin, NodeScore, Plugin, PreFilterPlugin, PreFilterResult,
     PreScorePlugin, ScorePlugin, Status, MAX_NODE_SCORE,
 };
-use crate::snapshot::Snapshot;
+use crate::snapshot::{NodeSlots, Snapshot, ValueCounts};
 use crate::types::{label_selector, NodeInfo, PodInfo};
 
 use super::parse_args;
@@ -433,6 +433,17 @@ fn node_has_keys(node: &NodeInfo, constraints: &[Constraint]) -> bool {
         .all(|c| labels.contains_key(&c.topology_key))
 }
 
+/// Whether an existing pod can count for an incoming pod of `namespace`: same namespace, not
+/// terminating.
+fn counts_for(pod: &PodInfo, namespace: &str) -> bool {
+    !pod.terminating() && pod.namespace() == namespace
+}
+
+/// Whether `selector` counts `pod` (an empty selector counts none, as Kubernetes v1.32 does).
+fn selects(selector: &LabelSelector, pod: &PodInfo) -> bool {
+    !selector.is_empty() && selector.matches_fn(|k| pod.labels().get(k).map(String::as_str))
+}
+
 /// Pods on the node in `namespace`, not terminating, matching `selector` (none for an empty
 /// selector, as Kubernetes v1.32 counts).
 fn count_matching(pods: &[Arc<PodInfo>], selector: &LabelSelector, namespace: &str) -> i64 {
@@ -440,11 +451,7 @@ fn count_matching(pods: &[Arc<PodInfo>], selector: &LabelSelector, namespace: &s
         return 0;
     }
     pods.iter()
-        .filter(|p| {
-            !p.terminating()
-                && p.namespace() == namespace
-                && selector.matches_fn(|k| p.labels().get(k).map(String::as_str))
-        })
+        .filter(|p| counts_for(p, namespace) && selects(selector, p))
         .count() as i64
 }
 
@@ -467,7 +474,7 @@ impl<'a> Inclusion<'a> {
     }
 
     fn includes(&mut self, c: &Constraint) -> bool {
-        if c.honor_affinity {
+        if c.honor_affinity && !self.rules.matches_every_node() {
             let (rules, node) = (self.rules, self.node);
             if !*self
                 .affinity
@@ -476,7 +483,7 @@ impl<'a> Inclusion<'a> {
                 return false;
             }
         }
-        if c.honor_taints {
+        if c.honor_taints && self.node.has_no_schedule_taints {
             let (rules, node) = (self.rules, self.node);
             if !*self
                 .taints
@@ -575,37 +582,43 @@ impl PodTopologySpread {
 // ---------------------------------------------------------------------------------------------
 // PreFilter / Filter.
 
-/// The two domains with the fewest matching pods (`criticalPaths`): `[0]` always holds the
-/// minimum; `[1]` is at least `[0]`.
+/// No value id (the initial critical paths).
+const NO_ID: u32 = u32::MAX;
+
+/// The two domains with the fewest matching pods (`criticalPaths`), by value id: `[0]` always
+/// holds the minimum; `[1]` is at least `[0]`. The initial entries stand for the empty value,
+/// as Kubernetes' do.
 #[derive(Debug, Clone, PartialEq)]
-struct CriticalPaths([(String, i64); 2]);
+struct CriticalPaths([(u32, i64); 2]);
 
 impl CriticalPaths {
     fn new() -> Self {
-        CriticalPaths([(String::new(), NO_MATCH_NUM), (String::new(), NO_MATCH_NUM)])
+        CriticalPaths([(NO_ID, NO_MATCH_NUM), (NO_ID, NO_MATCH_NUM)])
     }
 
-    fn update(&mut self, value: &str, num: i64) {
+    /// Domain `id` (named `name`) now has `num` matching pods.
+    fn update(&mut self, id: u32, name: &str, num: i64) {
         let p = &mut self.0;
-        let existing = if p[0].0 == value {
+        let same = |entry: u32| entry == id || (entry == NO_ID && name.is_empty());
+        let existing = if same(p[0].0) {
             Some(0)
-        } else if p[1].0 == value {
+        } else if same(p[1].0) {
             Some(1)
         } else {
             None
         };
         match existing {
             Some(i) => {
-                p[i].1 = num;
+                p[i] = (id, num);
                 if p[0].1 > p[1].1 {
                     p.swap(0, 1);
                 }
             }
             None => {
                 if num < p[0].1 {
-                    p[1] = std::mem::replace(&mut p[0], (value.to_string(), num));
+                    p[1] = std::mem::replace(&mut p[0], (id, num));
                 } else if num < p[1].1 {
-                    p[1] = (value.to_string(), num);
+                    p[1] = (id, num);
                 }
             }
         }
@@ -624,23 +637,9 @@ struct HardConstraints {
 #[derive(Debug, Clone)]
 struct PreFilterState {
     shared: Arc<HardConstraints>,
-    /// Per constraint: matching pods per topology value of the eligible domains (keys shared
-    /// between clones of the state).
-    counts: Vec<HashMap<Arc<str>, i64>>,
+    /// Per constraint: matching pods per topology value of the eligible domains.
+    counts: Vec<ValueCounts>,
     paths: Vec<CriticalPaths>,
-}
-
-fn add_count(map: &mut HashMap<Arc<str>, i64>, value: &str, delta: i64) -> i64 {
-    match map.get_mut(value) {
-        Some(c) => {
-            *c += delta;
-            *c
-        }
-        None => {
-            map.insert(Arc::from(value), delta);
-            delta
-        }
-    }
 }
 
 impl PreFilterState {
@@ -653,17 +652,17 @@ impl PreFilterState {
         if !node_has_keys(node, &shared.constraints) {
             return;
         }
-        let labels = node.labels();
         let mut inclusion = Inclusion::new(&shared.inclusion, node);
         for (i, c) in shared.constraints.iter().enumerate() {
             if !c.matches(other) || !inclusion.includes(c) {
                 continue;
             }
-            let Some(value) = labels.get(&c.topology_key) else {
+            let counts = &mut self.counts[i];
+            let Some(id) = counts.of_or_insert(node) else {
                 continue;
             };
-            let now = add_count(&mut self.counts[i], value, delta);
-            self.paths[i].update(value, now);
+            let now = counts.add(id, delta);
+            self.paths[i].update(id, counts.name(id), now);
         }
     }
 }
@@ -693,42 +692,61 @@ impl PreFilterPlugin for PodTopologySpread {
         }
         let inclusion = NodeInclusion::new(pod);
         let namespace = pod.namespace();
-        let mut counts: Vec<HashMap<Arc<str>, i64>> = constraints
+        let mut counts: Vec<ValueCounts> = constraints
             .iter()
-            .map(|c| {
-                HashMap::with_capacity(if c.topology_key == LABEL_HOSTNAME {
-                    snapshot.num_nodes()
-                } else {
-                    0
-                })
-            })
+            .map(|c| ValueCounts::new(snapshot.node_values(&c.topology_key)))
             .collect();
-        for node in snapshot.nodes() {
-            if !node_has_keys(node, &constraints) {
+        // Every eligible domain is counted, with 0 when no pod matches there.
+        let nodes = snapshot.nodes();
+        let k = constraints.len();
+        let mut eligible = vec![false; nodes.len() * k];
+        // Without node inclusion policies to apply, a node is eligible when it has every key.
+        let include_all =
+            inclusion.matches_every_node() && constraints.iter().all(|c| !c.honor_taints);
+        for (n, node) in nodes.iter().enumerate() {
+            if !counts.iter().all(|c| c.at(n).is_some()) {
                 continue;
             }
-            let labels = node.labels();
             let mut included = Inclusion::new(&inclusion, node);
             for (i, c) in constraints.iter().enumerate() {
-                if !included.includes(c) {
+                if !include_all && !included.includes(c) {
                     continue;
                 }
-                let Some(value) = labels.get(&c.topology_key) else {
-                    continue;
-                };
-                add_count(
-                    &mut counts[i],
-                    value,
-                    count_matching(&node.pods, &c.selector, namespace),
-                );
+                if let Some(id) = counts[i].at(n) {
+                    counts[i].add(id, 0);
+                    eligible[n * k + i] = true;
+                }
+            }
+        }
+        // Matching pods, per group of pods with equal namespace, labels and termination.
+        let mut matching: Vec<bool> = Vec::with_capacity(k);
+        for g in snapshot.pod_groups() {
+            if !counts_for(&g.pod, namespace) {
+                continue;
+            }
+            matching.clear();
+            matching.extend(constraints.iter().map(|c| selects(&c.selector, &g.pod)));
+            if !matching.contains(&true) {
+                continue;
+            }
+            for (&n, &count) in &g.nodes {
+                let n = n as usize;
+                for (i, c) in counts.iter_mut().enumerate() {
+                    if !matching[i] || !eligible.get(n * k + i).copied().unwrap_or(false) {
+                        continue;
+                    }
+                    if let Some(id) = c.at(n) {
+                        c.add(id, i64::from(count));
+                    }
+                }
             }
         }
         let paths = counts
             .iter()
-            .map(|m| {
+            .map(|c| {
                 let mut p = CriticalPaths::new();
-                for (v, n) in m {
-                    p.update(v, *n);
+                for (id, n) in c.iter() {
+                    p.update(id, c.name(id), n);
                 }
                 p
             })
@@ -789,19 +807,19 @@ impl FilterPlugin for PodTopologySpread {
         let Some(s) = state.read::<PreFilterState>(PRE_FILTER_KEY) else {
             return missing_state(PRE_FILTER_KEY);
         };
-        let labels = node.labels();
         for (i, c) in s.shared.constraints.iter().enumerate() {
-            let Some(value) = labels.get(&c.topology_key) else {
+            let counts = &s.counts[i];
+            let Some(id) = counts.of(node) else {
                 return Status::unresolvable(ERR_REASON_NODE_LABEL_NOT_MATCH);
             };
             // Fewer eligible domains than minDomains: the global minimum counts as 0.
-            let min_match = if (s.counts[i].len() as i64) < i64::from(c.min_domains) {
+            let min_match = if (counts.len() as i64) < i64::from(c.min_domains) {
                 0
             } else {
                 s.paths[i].0[0].1
             };
             let self_match = i64::from(s.shared.self_match[i]);
-            let match_num = s.counts[i].get(value.as_str()).copied().unwrap_or(0);
+            let match_num = id.map_or(0, |id| counts.count(id));
             if match_num + self_match - min_match > i64::from(c.max_skew) {
                 return Status::unschedulable(ERR_REASON_CONSTRAINTS_NOT_MATCH);
             }
@@ -820,8 +838,12 @@ struct SoftConstraints {
     require_all_topologies: bool,
     /// Snapshot indexes of candidate nodes missing a topology key.
     ignored: HashSet<usize>,
-    /// Per constraint (not hostname): matching pods per topology value of the candidates.
-    counts: Vec<HashMap<String, i64>>,
+    /// Per constraint: matching pods per topology value of the candidates (none for hostname;
+    /// nodes without the label count as the empty value).
+    counts: Vec<ValueCounts>,
+    /// Per hostname constraint: matching pods per node position.
+    host_counts: Vec<Option<Vec<i64>>>,
+    slots: NodeSlots,
     /// Per constraint: `ln(domains + 2)`.
     weights: Vec<f64>,
     namespace: String,
@@ -832,6 +854,14 @@ struct PreScoreState(Arc<SoftConstraints>);
 
 fn score_for_count(count: i64, max_skew: i32, weight: f64) -> f64 {
     count as f64 * weight + f64::from(max_skew - 1)
+}
+
+/// The id of the node's value (the empty value when it lacks the label), given one if needed.
+fn id_or_empty(counts: &mut ValueCounts, node: &NodeInfo) -> u32 {
+    match counts.of_or_insert(node) {
+        Some(id) => id,
+        None => counts.id_or_insert(""),
+    }
 }
 
 impl PreScorePlugin for PodTopologySpread {
@@ -859,25 +889,26 @@ impl PreScorePlugin for PodTopologySpread {
         if constraints.is_empty() {
             return Status::skip();
         }
-        let mut counts: Vec<HashMap<String, i64>> = vec![HashMap::new(); constraints.len()];
+        let mut counts: Vec<ValueCounts> = constraints
+            .iter()
+            .map(|c| ValueCounts::new(snapshot.node_values(&c.topology_key)))
+            .collect();
+        let has_keys =
+            |counts: &[ValueCounts], node: &NodeInfo| counts.iter().all(|c| c.of(node).is_some());
         let mut ignored = HashSet::new();
         let mut ignored_count = 0usize;
         for node in nodes {
-            if require_all && !node_has_keys(node, &constraints) {
+            if require_all && !has_keys(&counts, node) {
                 ignored_count += 1;
                 if let Some(i) = snapshot.index_of(node.name()) {
                     ignored.insert(i);
                 }
                 continue;
             }
-            let labels = node.labels();
             for (i, c) in constraints.iter().enumerate() {
-                if c.topology_key == LABEL_HOSTNAME {
-                    continue;
-                }
-                let value = labels.get(&c.topology_key).map_or("", String::as_str);
-                if !counts[i].contains_key(value) {
-                    counts[i].insert(value.to_string(), 0);
+                if c.topology_key != LABEL_HOSTNAME {
+                    let id = id_or_empty(&mut counts[i], node);
+                    counts[i].add(id, 0);
                 }
             }
         }
@@ -895,19 +926,59 @@ impl PreScorePlugin for PodTopologySpread {
             .collect();
         let inclusion = NodeInclusion::new(pod);
         let namespace = pod.namespace();
-        for node in snapshot.nodes() {
-            if require_all && !node_has_keys(node, &constraints) {
+        let all_nodes = snapshot.nodes();
+        // Hostname constraints count the matching pods of the scored node itself.
+        let mut host_counts: Vec<Option<Vec<i64>>> = constraints
+            .iter()
+            .map(|c| (c.topology_key == LABEL_HOSTNAME).then(|| vec![0; all_nodes.len()]))
+            .collect();
+        // Matching pods of every node, per group of pods with equal namespace, labels and
+        // termination; each node's eligibility is evaluated once, when first needed.
+        let k = constraints.len();
+        // Per node and constraint: 0 not yet known, 1 counted, 2 not counted.
+        let mut eligible = vec![0u8; all_nodes.len() * k];
+        let mut matching: Vec<bool> = Vec::with_capacity(k);
+        for g in snapshot.pod_groups() {
+            if !counts_for(&g.pod, namespace) {
                 continue;
             }
-            let labels = node.labels();
-            let mut included = Inclusion::new(&inclusion, node);
-            for (i, c) in constraints.iter().enumerate() {
-                if !included.includes(c) {
+            matching.clear();
+            matching.extend(constraints.iter().map(|c| selects(&c.selector, &g.pod)));
+            if !matching.contains(&true) {
+                continue;
+            }
+            for (&n, &count) in &g.nodes {
+                let n = n as usize;
+                let Some(node) = all_nodes.get(n) else {
                     continue;
+                };
+                let count = i64::from(count);
+                if eligible[n * k] == 0 {
+                    let keys = !require_all || counts.iter().all(|c| c.at(n).is_some());
+                    let mut included = Inclusion::new(&inclusion, node);
+                    for (i, c) in constraints.iter().enumerate() {
+                        eligible[n * k + i] = if keys && included.includes(c) { 1 } else { 2 };
+                    }
                 }
-                let value = labels.get(&c.topology_key).map_or("", String::as_str);
-                if let Some(total) = counts[i].get_mut(value) {
-                    *total += count_matching(&node.pods, &c.selector, namespace);
+                for i in 0..k {
+                    if !matching[i] {
+                        continue;
+                    }
+                    if let Some(per_node) = &mut host_counts[i] {
+                        per_node[n] += count;
+                        continue;
+                    }
+                    if eligible[n * k + i] != 1 {
+                        continue;
+                    }
+                    let c = &mut counts[i];
+                    let id = match c.at(n) {
+                        Some(id) => Some(id),
+                        None => c.id(""),
+                    };
+                    if let Some(id) = id.filter(|&id| c.get(id).is_some()) {
+                        c.add(id, count);
+                    }
                 }
             }
         }
@@ -918,6 +989,8 @@ impl PreScorePlugin for PodTopologySpread {
                 require_all_topologies: require_all,
                 ignored,
                 counts,
+                host_counts,
+                slots: snapshot.node_slots(),
                 weights,
                 namespace: namespace.to_string(),
             })),
@@ -932,19 +1005,20 @@ impl ScorePlugin for PodTopologySpread {
         let Some(PreScoreState(s)) = state.read::<PreScoreState>(PRE_SCORE_KEY) else {
             return Err(missing_state(PRE_SCORE_KEY));
         };
-        if s.require_all_topologies && !node_has_keys(node, &s.constraints) {
+        if s.require_all_topologies && !s.counts.iter().all(|c| c.of(node).is_some()) {
             return Ok(0);
         }
-        let labels = node.labels();
         let mut score = 0.0;
         for (i, c) in s.constraints.iter().enumerate() {
-            let Some(value) = labels.get(&c.topology_key) else {
+            let Some(id) = s.counts[i].of(node) else {
                 continue;
             };
-            let count = if c.topology_key == LABEL_HOSTNAME {
-                count_matching(&node.pods, &c.selector, &s.namespace)
-            } else {
-                s.counts[i].get(value.as_str()).copied().unwrap_or(0)
+            let count = match &s.host_counts[i] {
+                Some(per_node) => match s.slots.index_of(node) {
+                    Some(n) => per_node.get(n).copied().unwrap_or(0),
+                    None => count_matching(&node.pods, &c.selector, &s.namespace),
+                },
+                None => id.map_or(0, |id| s.counts[i].count(id)),
             };
             score += score_for_count(count, c.max_skew, s.weights[i]);
         }

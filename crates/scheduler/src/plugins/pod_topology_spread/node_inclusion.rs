@@ -92,6 +92,11 @@ impl NodeInclusion {
         }
     }
 
+    /// The pod has neither a `nodeSelector` nor required node affinity: every node matches.
+    pub(super) fn matches_every_node(&self) -> bool {
+        self.node_selector.is_empty() && self.terms.is_none()
+    }
+
     /// The node satisfies the pod's `nodeSelector` and required node affinity.
     pub(super) fn matches_affinity(&self, node: &NodeInfo) -> bool {
         let labels = node.labels();

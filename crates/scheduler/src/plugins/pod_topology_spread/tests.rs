@@ -285,7 +285,10 @@ fn sorted_counts(s: &PreFilterState) -> Vec<Vec<(String, i64)>> {
     s.counts
         .iter()
         .map(|m| {
-            let mut v: Vec<(String, i64)> = m.iter().map(|(k, n)| (k.to_string(), *n)).collect();
+            let mut v: Vec<(String, i64)> = m
+                .iter()
+                .map(|(id, n)| (m.name(id).to_string(), n))
+                .collect();
             v.sort();
             v
         })
@@ -302,8 +305,10 @@ fn owned(c: &Counts) -> Vec<Vec<(String, i64)>> {
 fn normalized_paths(s: &PreFilterState) -> Vec<[(String, i64); 2]> {
     s.paths
         .iter()
-        .map(|p| {
-            let mut p = p.0.clone();
+        .zip(&s.counts)
+        .map(|(p, c)| {
+            let name = |id: u32| c.name(id).to_string();
+            let mut p = [(name(p.0[0].0), p.0[0].1), (name(p.0[1].0), p.0[1].1)];
             if p[0].1 == p[1].1 && p[0].0 > p[1].0 {
                 let first = p[0].0.clone();
                 p[0].0 = std::mem::replace(&mut p[1].0, first);
@@ -1267,8 +1272,27 @@ fn filter_codes(incoming: PodB, nodes: Vec<Node>, pods: Vec<PodB>) -> Vec<Code> 
     assert!(st.is_success(), "{st:?}");
     names
         .iter()
-        .map(|n| p.filter(&state, &incoming, s.get(n).expect("node")).code)
+        .map(|n| {
+            let node = s.get(n).expect("node");
+            let st = p.filter(&state, &incoming, node);
+            // A node outside the snapshot (looked up by its labels) gets the same verdict.
+            assert_eq!(
+                p.filter(&state, &incoming, &detached(node)),
+                st,
+                "{n} outside"
+            );
+            st.code
+        })
         .collect()
+}
+
+/// A copy of the node that is not (a clone of) the snapshot's.
+fn detached(n: &NodeInfo) -> NodeInfo {
+    let mut d = NodeInfo::new((*n.node).clone());
+    for p in &n.pods {
+        d.add_pod(p.clone());
+    }
+    d
 }
 
 #[test]
@@ -1666,6 +1690,8 @@ fn run_score(
     for n in &names {
         let idx = s.index_of(n).expect("index");
         let score = p.score(&state, &incoming, &s.nodes()[idx])?;
+        let outside = p.score(&state, &incoming, &detached(&s.nodes()[idx]))?;
+        assert_eq!(outside, score, "{n} outside the snapshot");
         scores.push(NodeScore { node: idx, score });
     }
     let st = p.normalize(&state, &incoming, &mut scores);
@@ -2082,6 +2108,13 @@ fn system_default_constraints_score_pods_selected_by_a_service() {
     assert_eq!(got.map_err(|s| s.code), Err(Code::Skip));
 }
 
+/// The counts by value name.
+fn by_name(c: &ValueCounts) -> HashMap<String, i64> {
+    c.iter()
+        .map(|(id, n)| (c.name(id).to_string(), n))
+        .collect()
+}
+
 #[test]
 fn pre_score_state_weights_and_ignored_nodes() {
     let p = list_plugin();
@@ -2108,7 +2141,10 @@ fn pre_score_state_weights_and_ignored_nodes() {
         got.ignored,
         HashSet::from([s.index_of("node-x").expect("x")])
     );
-    assert_eq!(got.counts[0], HashMap::from([("zone1".to_string(), 0)]));
+    assert_eq!(
+        by_name(&got.counts[0]),
+        HashMap::from([("zone1".to_string(), 0)])
+    );
     assert!(got.counts[1].is_empty());
     assert_eq!(got.weights, vec![3f64.ln(), 4f64.ln()]);
 
@@ -2140,7 +2176,7 @@ fn pre_score_state_weights_and_ignored_nodes() {
     assert!(got.ignored.is_empty());
     assert!(got.counts[0].is_empty());
     assert_eq!(
-        got.counts[1],
+        by_name(&got.counts[1]),
         HashMap::from([("mars".to_string(), 0), (String::new(), 0)])
     );
     assert_eq!(got.weights, vec![6f64.ln(), 4f64.ln()]);
