@@ -102,7 +102,7 @@ impl Status {
         self.reasons.join(", ")
     }
 
-    fn from_plugin(mut self, plugin: &'static str) -> Status {
+    fn with_plugin(mut self, plugin: &'static str) -> Status {
         self.plugin = plugin;
         self
     }
@@ -443,7 +443,7 @@ impl Framework {
             if let Some(p) = e.plugin.as_pre_enqueue() {
                 let s = p.pre_enqueue(pod);
                 if !s.is_success() {
-                    return s.from_plugin(e.plugin.name());
+                    return s.with_plugin(e.plugin.name());
                 }
             }
         }
@@ -477,7 +477,7 @@ impl Framework {
                     continue;
                 }
                 Code::Success => {}
-                _ => return (PreFilterResult::default(), s.from_plugin(e.plugin.name())),
+                _ => return (PreFilterResult::default(), s.with_plugin(e.plugin.name())),
             }
             if let Some(names) = r.node_names {
                 state.narrowed_by.push(e.plugin.name());
@@ -489,7 +489,7 @@ impl Framework {
                     return (
                         result,
                         Status::unresolvable("node(s) didn't satisfy plugin(s) [".to_string() + e.plugin.name() + "]")
-                            .from_plugin(e.plugin.name()),
+                            .with_plugin(e.plugin.name()),
                     );
                 }
             }
@@ -513,7 +513,7 @@ impl Framework {
             if let Some(p) = e.plugin.as_pre_filter().filter(|p| p.has_extensions()) {
                 let s = p.add_pod(state, pod, other, node, snapshot);
                 if !s.is_success() {
-                    return s.from_plugin(e.plugin.name());
+                    return s.with_plugin(e.plugin.name());
                 }
             }
         }
@@ -536,7 +536,7 @@ impl Framework {
             if let Some(p) = e.plugin.as_pre_filter().filter(|p| p.has_extensions()) {
                 let s = p.remove_pod(state, pod, other, node, snapshot);
                 if !s.is_success() {
-                    return s.from_plugin(e.plugin.name());
+                    return s.with_plugin(e.plugin.name());
                 }
             }
         }
@@ -552,7 +552,7 @@ impl Framework {
             if let Some(p) = e.plugin.as_filter() {
                 let s = p.filter(state, pod, node);
                 if !s.is_success() {
-                    return s.from_plugin(e.plugin.name());
+                    return s.with_plugin(e.plugin.name());
                 }
             }
         }
@@ -610,9 +610,9 @@ impl Framework {
                     return (r, s);
                 }
                 if !s.is_rejected() {
-                    return (r, s.from_plugin(e.plugin.name()));
+                    return (r, s.with_plugin(e.plugin.name()));
                 }
-                last = s.from_plugin(e.plugin.name());
+                last = s.with_plugin(e.plugin.name());
             }
         }
         (None, last)
@@ -633,7 +633,7 @@ impl Framework {
                         state.skip_score |= position_bit(&self.score, e.plugin.name());
                     }
                     Code::Success => {}
-                    _ => return s.from_plugin(e.plugin.name()),
+                    _ => return s.with_plugin(e.plugin.name()),
                 }
             }
         }
@@ -662,13 +662,13 @@ impl Framework {
             for (n, &idx) in nodes.iter().zip(node_index) {
                 let s = p
                     .score(state, pod, n)
-                    .map_err(|s| s.from_plugin(e.plugin.name()))?;
+                    .map_err(|s| s.with_plugin(e.plugin.name()))?;
                 scores.push(NodeScore { node: idx, score: s });
             }
             if p.has_normalize() {
                 let s = p.normalize(state, pod, &mut scores);
                 if !s.is_success() {
-                    return Err(s.from_plugin(e.plugin.name()));
+                    return Err(s.with_plugin(e.plugin.name()));
                 }
             }
             for (t, s) in totals.iter_mut().zip(&scores) {
@@ -692,7 +692,7 @@ impl Framework {
             if let Some(p) = e.plugin.as_reserve() {
                 let s = p.reserve(state, pod, node);
                 if !s.is_success() {
-                    return s.from_plugin(e.plugin.name());
+                    return s.with_plugin(e.plugin.name());
                 }
             }
         }
@@ -716,7 +716,7 @@ impl Framework {
                     continue;
                 }
                 if !s.is_success() {
-                    return s.from_plugin(e.plugin.name());
+                    return s.with_plugin(e.plugin.name());
                 }
             }
         }

@@ -34,11 +34,11 @@ pub struct Options {
 }
 
 enum Input {
-    Pod(Pod),
+    Pod(Box<Pod>),
     PodGone(String),
-    Node(Node),
+    Node(Box<Node>),
     NodeGone(String),
-    Namespace(Namespace),
+    Namespace(Box<Namespace>),
     NamespaceGone(String),
     Pdbs(Vec<PodDisruptionBudget>),
     Synced(&'static str),
@@ -113,11 +113,11 @@ pub async fn run(client: Client, opts: Options) -> anyhow::Result<()> {
 fn apply(core: &mut Core, input: Input, synced: &mut HashSet<&'static str>) {
     let now = Instant::now();
     match input {
-        Input::Pod(p) => core.on_pod(p, now),
+        Input::Pod(p) => core.on_pod(*p, now),
         Input::PodGone(k) => core.on_pod_delete(&k, now),
-        Input::Node(n) => core.on_node(n, now),
+        Input::Node(n) => core.on_node(*n, now),
         Input::NodeGone(n) => core.on_node_delete(&n),
-        Input::Namespace(ns) => core.on_namespace(ns, now),
+        Input::Namespace(ns) => core.on_namespace(*ns, now),
         Input::NamespaceGone(n) => core.on_namespace_delete(&n),
         Input::Pdbs(pdbs) => core.set_pdbs(pdbs),
         Input::Synced(what) => {
@@ -268,17 +268,17 @@ async fn preempt(client: &Client, recorder: &Recorder, preemptor: &PodInfo, vict
 fn spawn_informers(client: &Client, tx: &mpsc::UnboundedSender<Input>) {
     let pods: Api<Pod> = Api::all(client.clone());
     let cfg = watcher::Config::default().fields("status.phase!=Succeeded,status.phase!=Failed");
-    tokio::spawn(feed(watcher::watcher(pods, cfg).default_backoff(), tx.clone(), "pods", Input::Pod, |p: &Pod| {
+    tokio::spawn(feed(watcher::watcher(pods, cfg).default_backoff(), tx.clone(), "pods", |p| Input::Pod(Box::new(p)), |p: &Pod| {
         Input::PodGone(format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any()))
-    }, |k| Input::PodGone(k)));
+    }, Input::PodGone));
     let nodes: Api<Node> = Api::all(client.clone());
-    tokio::spawn(feed(watcher::watcher(nodes, watcher::Config::default()).default_backoff(), tx.clone(), "nodes", Input::Node, |n: &Node| {
+    tokio::spawn(feed(watcher::watcher(nodes, watcher::Config::default()).default_backoff(), tx.clone(), "nodes", |n| Input::Node(Box::new(n)), |n: &Node| {
         Input::NodeGone(n.name_any())
-    }, |k| Input::NodeGone(k)));
+    }, Input::NodeGone));
     let nss: Api<Namespace> = Api::all(client.clone());
-    tokio::spawn(feed(watcher::watcher(nss, watcher::Config::default()).default_backoff(), tx.clone(), "namespaces", Input::Namespace, |n: &Namespace| {
+    tokio::spawn(feed(watcher::watcher(nss, watcher::Config::default()).default_backoff(), tx.clone(), "namespaces", |n| Input::Namespace(Box::new(n)), |n: &Namespace| {
         Input::NamespaceGone(n.name_any())
-    }, |k| Input::NamespaceGone(k)));
+    }, Input::NamespaceGone));
     let pdbs: Api<PodDisruptionBudget> = Api::all(client.clone());
     let tx2 = tx.clone();
     tokio::spawn(async move {

@@ -50,12 +50,12 @@ pub enum Failure {
     /// No node fits (`FitError`).
     Fit {
         num_all_nodes: usize,
-        diagnosis: Diagnosis,
+        diagnosis: Box<Diagnosis>,
     },
     /// The cluster has no nodes.
     NoNodes,
     /// A plugin failed with an error.
-    Error(Status),
+    Error(Box<Status>),
 }
 
 impl Failure {
@@ -147,7 +147,7 @@ pub fn schedule_pod(
         return Err(Failure::NoNodes);
     }
     if let Some(e) = &pod.parse_error {
-        return Err(Failure::Error(Status::error(e.clone())));
+        return Err(Failure::Error(Box::new(Status::error(e.clone()))));
     }
     let feasible = find_nodes_that_fit(fw, state, pod, snapshot, cursor)?;
     let (feasible, evaluated) = feasible;
@@ -161,11 +161,11 @@ pub fn schedule_pod(
     let nodes: Vec<&NodeInfo> = feasible.iter().map(|&i| &snapshot.nodes()[i]).collect();
     let s = fw.run_pre_score(state, pod, &nodes, snapshot);
     if !s.is_success() {
-        return Err(Failure::Error(s));
+        return Err(Failure::Error(Box::new(s)));
     }
     let totals = fw
         .run_score(state, pod, &nodes, &feasible)
-        .map_err(Failure::Error)?;
+        .map_err(|s| Failure::Error(Box::new(s)))?;
     let node = select_host(&feasible, &totals, rng);
     Ok(ScheduleResult {
         node,
@@ -208,14 +208,14 @@ fn find_nodes_that_fit(
     let (pre, s) = fw.run_pre_filter(state, pod, snapshot);
     if !s.is_success() {
         if !s.is_rejected() {
-            return Err(Failure::Error(s));
+            return Err(Failure::Error(Box::new(s)));
         }
         diagnosis.pre_filter_msg = s.message();
         diagnosis.unschedulable_plugins.insert(s.plugin);
         diagnosis.statuses.absent = Some(s);
         return Err(Failure::Fit {
             num_all_nodes: all,
-            diagnosis,
+            diagnosis: Box::new(diagnosis),
         });
     }
 
@@ -269,7 +269,7 @@ fn find_nodes_that_fit(
             diagnosis.unschedulable_plugins.insert(s.plugin);
             diagnosis.statuses.by_node.push((idx, s));
         } else {
-            return Err(Failure::Error(s));
+            return Err(Failure::Error(Box::new(s)));
         }
     }
     if candidates.is_none() {
@@ -278,7 +278,7 @@ fn find_nodes_that_fit(
     if feasible.is_empty() {
         return Err(Failure::Fit {
             num_all_nodes: all,
-            diagnosis,
+            diagnosis: Box::new(diagnosis),
         });
     }
     Ok((feasible, processed))
