@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
-use crate::framework::{ClusterEvent, CycleState, Framework};
+use crate::framework::{Changed, ClusterEvent, CycleState, Framework};
 use crate::queue::{Hints, SchedulingQueue};
 use crate::schedule::{schedule_pod, Cursor, Failure};
 use crate::snapshot::Snapshot;
@@ -78,7 +78,7 @@ impl Hints for ProfileHints<'_> {
         pod: &PodInfo,
         plugins: &BTreeSet<&'static str>,
         event: ClusterEvent,
-        changed: Option<&PodInfo>,
+        changed: Changed<'_>,
     ) -> bool {
         if plugins.is_empty() {
             return true;
@@ -87,7 +87,13 @@ impl Hints for ProfileHints<'_> {
             return false;
         };
         profile.plugins.iter().any(|(p, events)| {
-            events.contains(&event) && plugins.contains(p.name()) && p.hint(pod, event, changed)
+            events.contains(&event)
+                && plugins.contains(p.name())
+                && match changed {
+                    Changed::None => true,
+                    Changed::Pod(c) => p.hint(pod, event, Some(c)),
+                    Changed::Node { old, new } => p.hint_node(pod, event, old, new),
+                }
         })
     }
 }
@@ -128,7 +134,7 @@ impl Core {
             .position(|f| f.scheduler_name == pod.scheduler_name())
     }
 
-    fn event(&mut self, event: ClusterEvent, changed: Option<&PodInfo>, now: Instant) {
+    fn event(&mut self, event: ClusterEvent, changed: Changed<'_>, now: Instant) {
         let hints = ProfileHints(&self.interest);
         self.queue.on_event(event, changed, &hints, now);
     }
@@ -162,7 +168,7 @@ impl Core {
                 Some(_) => None,
             };
             if let Some(e) = event {
-                self.event(e, Some(&info), now);
+                self.event(e, Changed::Pod(&info), now);
             }
             return;
         }
@@ -190,7 +196,7 @@ impl Core {
         let was_gated = self.queue.get(&key).is_some();
         self.queue.add(info.clone(), gated, now);
         if was_gated && !gated {
-            self.event(ClusterEvent::PodUpdateGates, Some(&info), now);
+            self.event(ClusterEvent::PodUpdateGates, Changed::Pod(&info), now);
         }
     }
 
@@ -200,20 +206,30 @@ impl Core {
         self.snapshot.clear_nomination(key);
         if let Some((_, pod)) = self.snapshot.remove_pod(key) {
             if !self.in_flight.contains_key(key) {
-                self.event(ClusterEvent::PodDelete, Some(&pod), now);
+                self.event(ClusterEvent::PodDelete, Changed::Pod(&pod), now);
             }
         }
     }
 
     pub fn on_node(&mut self, node: Node, now: Instant) {
         let name = node.metadata.name.clone().unwrap_or_default();
-        let events = match self.snapshot.get(&name) {
+        let old = self.snapshot.get(&name).map(|n| n.node.clone());
+        let events = match &old {
             None => vec![ClusterEvent::NodeAdd],
-            Some(old) => node_changes(&old.node, &node),
+            Some(old) => node_changes(old, &node),
         };
+        if events.is_empty() {
+            self.snapshot.upsert_node(node);
+            return;
+        }
+        let new = Arc::new(node.clone());
         self.snapshot.upsert_node(node);
         for e in events {
-            self.event(e, None, now);
+            let changed = Changed::Node {
+                old: old.as_deref(),
+                new: Some(&new),
+            };
+            self.event(e, changed, now);
         }
     }
 
@@ -226,7 +242,7 @@ impl Core {
         let labels = ns.metadata.labels.unwrap_or_default();
         if self.snapshot.namespaces.get(&name) != Some(&labels) {
             self.snapshot.namespaces.insert(name, labels);
-            self.event(ClusterEvent::NamespaceChange, None, now);
+            self.event(ClusterEvent::NamespaceChange, Changed::None, now);
         }
     }
 

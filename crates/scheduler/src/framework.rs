@@ -210,6 +210,17 @@ pub enum ClusterEvent {
     Other,
 }
 
+/// The object a cluster event is about, for queueing hints.
+#[derive(Clone, Copy)]
+pub enum Changed<'a> {
+    None,
+    Pod(&'a PodInfo),
+    Node {
+        old: Option<&'a k8s_openapi::api::core::v1::Node>,
+        new: Option<&'a k8s_openapi::api::core::v1::Node>,
+    },
+}
+
 /// Extension-point traits a plugin may implement; the framework asks through these accessors.
 pub trait Plugin: Send + Sync {
     fn name(&self) -> &'static str;
@@ -219,6 +230,17 @@ pub trait Plugin: Send + Sync {
     }
     /// QueueingHint: whether `event` (about `changed`, if a pod) could make `pod` schedulable.
     fn hint(&self, _pod: &PodInfo, _event: ClusterEvent, _changed: Option<&PodInfo>) -> bool {
+        true
+    }
+    /// QueueingHint for node events: whether the change from `old` to `new` (None: added or
+    /// deleted) could make `pod` schedulable.
+    fn hint_node(
+        &self,
+        _pod: &PodInfo,
+        _event: ClusterEvent,
+        _old: Option<&k8s_openapi::api::core::v1::Node>,
+        _new: Option<&k8s_openapi::api::core::v1::Node>,
+    ) -> bool {
         true
     }
     fn as_pre_enqueue(&self) -> Option<&dyn PreEnqueuePlugin> {

@@ -12,7 +12,7 @@ use std::collections::{BTreeSet, BinaryHeap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::framework::ClusterEvent;
+use crate::framework::{Changed, ClusterEvent};
 use crate::types::PodInfo;
 
 /// How long a pod may stay unschedulable before it is retried anyway.
@@ -79,7 +79,7 @@ pub trait Hints {
         pod: &PodInfo,
         plugins: &BTreeSet<&'static str>,
         event: ClusterEvent,
-        changed: Option<&PodInfo>,
+        changed: Changed<'_>,
     ) -> bool;
 }
 
@@ -314,7 +314,7 @@ impl SchedulingQueue {
     pub fn on_event(
         &mut self,
         event: ClusterEvent,
-        changed: Option<&PodInfo>,
+        changed: Changed<'_>,
         hints: &dyn Hints,
         now: Instant,
     ) {
@@ -364,7 +364,7 @@ mod tests {
             _: &PodInfo,
             _: &BTreeSet<&'static str>,
             _: ClusterEvent,
-            _: Option<&PodInfo>,
+            _: Changed<'_>,
         ) -> bool {
             self.0
         }
@@ -410,9 +410,9 @@ mod tests {
         let p = q.pop(t0).unwrap();
         q.failed(&p.info.key, ["NodeResourcesFit"].into(), false, t0);
         assert!(q.pop(t0).is_none());
-        q.on_event(ClusterEvent::NodeAdd, None, &Always(false), t0);
+        q.on_event(ClusterEvent::NodeAdd, Changed::None, &Always(false), t0);
         assert!(q.pop(t0 + Duration::from_secs(30)).is_none());
-        q.on_event(ClusterEvent::NodeAdd, None, &Always(true), t0);
+        q.on_event(ClusterEvent::NodeAdd, Changed::None, &Always(true), t0);
         // First attempt failed: 1 s backoff from the failure.
         assert!(q.pop(t0 + Duration::from_millis(500)).is_none());
         assert_eq!(q.next_backoff(), Some(t0 + Duration::from_secs(1)));
@@ -435,7 +435,7 @@ mod tests {
         let mut q = q();
         q.add(info("a", 0), false, t0);
         let p = q.pop(t0).unwrap();
-        q.on_event(ClusterEvent::NodeAdd, None, &Always(true), t0);
+        q.on_event(ClusterEvent::NodeAdd, Changed::None, &Always(true), t0);
         q.failed(&p.info.key, ["NodeResourcesFit"].into(), false, t0);
         assert!(q.pop(t0 + Duration::from_secs(1)).is_some());
     }
