@@ -201,39 +201,66 @@ pub async fn through_api(args: &SchedulerArgs) -> Result<SchedulerMeasurement> {
         .as_ref()
         .ok_or_else(|| anyhow!("api mode needs --kubeconfig PATH (or KUBECONFIG)"))?;
     let client = client(path).await?;
-    let run = format!("{:x}", std::process::id() as u64 * 7919 + Instant::now().elapsed().as_nanos() as u64);
+    let run = format!(
+        "{:x}",
+        std::process::id() as u64 * 7919 + Instant::now().elapsed().as_nanos() as u64
+    );
     let ns = format!("bench-scheduler-{run}");
     let nss: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-    nss.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}}))?)
-        .await
-        .context("creating the namespace")?;
+    nss.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": ns}}))?,
+    )
+    .await
+    .context("creating the namespace")?;
     let nodes: Api<Node> = Api::all(client.clone());
     let result = measure(args, &client, &ns, &run).await;
     // Clean up whatever happened.
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let _ = pods
-        .delete_collection(&DeleteParams { grace_period_seconds: Some(0), ..Default::default() }, &ListParams::default())
+        .delete_collection(
+            &DeleteParams {
+                grace_period_seconds: Some(0),
+                ..Default::default()
+            },
+            &ListParams::default(),
+        )
         .await;
     let _ = nodes
-        .delete_collection(&DeleteParams::default(), &ListParams::default().labels(&format!("capstan.dev/bench={run}")))
+        .delete_collection(
+            &DeleteParams::default(),
+            &ListParams::default().labels(&format!("capstan.dev/bench={run}")),
+        )
         .await;
     let _ = nss.delete(&ns, &DeleteParams::default()).await;
     result
 }
 
-async fn measure(args: &SchedulerArgs, client: &Client, ns: &str, run: &str) -> Result<SchedulerMeasurement> {
+async fn measure(
+    args: &SchedulerArgs,
+    client: &Client,
+    ns: &str,
+    run: &str,
+) -> Result<SchedulerMeasurement> {
     let nodes: Api<Node> = Api::all(client.clone());
     futures::stream::iter(0..args.nodes)
         .map(|i| {
             let nodes = nodes.clone();
             async move {
                 let n: Node = serde_json::from_value(node_json(i, run))?;
-                nodes.create(&PostParams::default(), &n).await.context("creating a node")?;
+                nodes
+                    .create(&PostParams::default(), &n)
+                    .await
+                    .context("creating a node")?;
                 // Admission taints new nodes not-ready until a node controller sees them
                 // Ready; no controller looks after these, so lift it here.
                 let patch = json!({"spec": {"taints": null}});
                 nodes
-                    .patch(&format!("bench-node-{i}"), &PatchParams::default(), &Patch::Merge(&patch))
+                    .patch(
+                        &format!("bench-node-{i}"),
+                        &PatchParams::default(),
+                        &Patch::Merge(&patch),
+                    )
                     .await
                     .context("untainting a node")?;
                 anyhow::Ok(())
@@ -267,7 +294,12 @@ async fn measure(args: &SchedulerArgs, client: &Client, ns: &str, run: &str) -> 
                 Ok(watcher::Event::Apply(p)) | Ok(watcher::Event::InitApply(p)) => p,
                 _ => continue,
             };
-            if pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some() {
+            if pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_ref())
+                .is_some()
+            {
                 bound.insert(pod.metadata.name.unwrap_or_default());
                 if bound.len() >= want {
                     if let Some(d) = done.take() {
@@ -287,7 +319,9 @@ async fn measure(args: &SchedulerArgs, client: &Client, ns: &str, run: &str) -> 
             let ns = ns.to_string();
             async move {
                 let p: Pod = serde_json::from_value(pod_json(i, &ns, workload))?;
-                pods.create(&PostParams::default(), &p).await.context("creating a pod")?;
+                pods.create(&PostParams::default(), &p)
+                    .await
+                    .context("creating a pod")?;
                 anyhow::Ok(())
             }
         })
@@ -301,7 +335,11 @@ async fn measure(args: &SchedulerArgs, client: &Client, ns: &str, run: &str) -> 
     watching.abort();
     let finished = match finished {
         Ok(Ok(t)) => t,
-        _ => bail!("not all {} pods were bound within {} s", args.pods, args.timeout_seconds),
+        _ => bail!(
+            "not all {} pods were bound within {} s",
+            args.pods,
+            args.timeout_seconds
+        ),
     };
     let seconds = finished.duration_since(started).as_secs_f64();
     Ok(SchedulerMeasurement {
@@ -312,4 +350,3 @@ async fn measure(args: &SchedulerArgs, client: &Client, ns: &str, run: &str) -> 
         pods_per_second: args.pods as f64 / seconds.max(1e-9),
     })
 }
-

@@ -33,9 +33,16 @@ pub async fn run(args: SchedulerArgs) -> anyhow::Result<()> {
     let kubeconfig = args
         .kubeconfig
         .clone()
-        .or_else(|| (!cfg.client_connection.kubeconfig.is_empty()).then(|| PathBuf::from(&cfg.client_connection.kubeconfig)))
-        .ok_or_else(|| anyhow!("no kubeconfig: pass --kubeconfig PATH or set clientConnection.kubeconfig"))?;
-    let leader = args.leader_elect.unwrap_or(cfg.leader_election.leader_elect);
+        .or_else(|| {
+            (!cfg.client_connection.kubeconfig.is_empty())
+                .then(|| PathBuf::from(&cfg.client_connection.kubeconfig))
+        })
+        .ok_or_else(|| {
+            anyhow!("no kubeconfig: pass --kubeconfig PATH or set clientConnection.kubeconfig")
+        })?;
+    let leader = args
+        .leader_elect
+        .unwrap_or(cfg.leader_election.leader_elect);
     start(&kubeconfig, &cfg, leader).await
 }
 

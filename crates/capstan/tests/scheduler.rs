@@ -13,7 +13,12 @@ fn add_nodes(s: &Server, nodes: &[String]) {
     s.ok_stdin(&["apply", "-f", "-"], &nodes.join("---\n"));
     for n in nodes {
         let name = n.lines().find_map(|l| l.strip_prefix("  name: ")).unwrap();
-        s.ok(&["taint", "node", name, "node.kubernetes.io/not-ready:NoSchedule-"]);
+        s.ok(&[
+            "taint",
+            "node",
+            name,
+            "node.kubernetes.io/not-ready:NoSchedule-",
+        ]);
     }
 }
 
@@ -46,7 +51,11 @@ fn wait_bound(s: &Server, pod: &str) -> String {
         if !n.is_empty() {
             return n;
         }
-        assert!(Instant::now() < deadline, "{pod} was not scheduled:\n{}", s.ok(&["describe", "pod", pod]));
+        assert!(
+            Instant::now() < deadline,
+            "{pod} was not scheduled:\n{}",
+            s.ok(&["describe", "pod", pod])
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -75,8 +84,18 @@ fn wait_failed(s: &Server, pod: &str) -> String {
 fn pods_spread_over_equal_nodes_and_honour_selectors_taints_and_anti_affinity() {
     let s = Server::start_scheduling(&[]);
     let nodes = [
-        node("n1", 4, &[("disk", "ssd"), ("topology.kubernetes.io/zone", "a")], ""),
-        node("n2", 4, &[("topology.kubernetes.io/zone", "b")], "{key: dedicated, value: gpu, effect: NoSchedule}"),
+        node(
+            "n1",
+            4,
+            &[("disk", "ssd"), ("topology.kubernetes.io/zone", "a")],
+            "",
+        ),
+        node(
+            "n2",
+            4,
+            &[("topology.kubernetes.io/zone", "b")],
+            "{key: dedicated, value: gpu, effect: NoSchedule}",
+        ),
         node("n3", 4, &[("topology.kubernetes.io/zone", "b")], ""),
     ];
     add_nodes(&s, &nodes);
@@ -90,12 +109,20 @@ fn pods_spread_over_equal_nodes_and_honour_selectors_taints_and_anti_affinity() 
     s.ok_stdin(&["apply", "-f", "-"], &many.join("---\n"));
     let mut counts = std::collections::BTreeMap::new();
     for i in 0..4 {
-        *counts.entry(wait_bound(&s, &format!("spread-{i}"))).or_insert(0) += 1;
+        *counts
+            .entry(wait_bound(&s, &format!("spread-{i}")))
+            .or_insert(0) += 1;
     }
-    assert_eq!(counts, [("n1".to_string(), 2), ("n3".to_string(), 2)].into());
+    assert_eq!(
+        counts,
+        [("n1".to_string(), 2), ("n3".to_string(), 2)].into()
+    );
 
     // nodeSelector and a toleration with required node affinity.
-    s.ok_stdin(&["apply", "-f", "-"], &pod("ssd", "100m", "  nodeSelector: {disk: ssd}\n", ""));
+    s.ok_stdin(
+        &["apply", "-f", "-"],
+        &pod("ssd", "100m", "  nodeSelector: {disk: ssd}\n", ""),
+    );
     assert_eq!(wait_bound(&s, "ssd"), "n1");
     let gpu = "  tolerations: [{key: dedicated, operator: Equal, value: gpu, effect: NoSchedule}]\n  affinity:\n    nodeAffinity:\n      requiredDuringSchedulingIgnoredDuringExecution:\n        nodeSelectorTerms: [{matchExpressions: [{key: kubernetes.io/hostname, operator: In, values: [n2]}]}]\n";
     s.ok_stdin(&["apply", "-f", "-"], &pod("gpu", "100m", gpu, ""));
@@ -104,10 +131,14 @@ fn pods_spread_over_equal_nodes_and_honour_selectors_taints_and_anti_affinity() 
     // Required anti-affinity per node: two fit (n1, n3), the third cannot and says why.
     let anti = "  affinity:\n    podAntiAffinity:\n      requiredDuringSchedulingIgnoredDuringExecution:\n      - labelSelector: {matchLabels: {app: web}}\n        topologyKey: kubernetes.io/hostname\n";
     for i in 0..3 {
-        s.ok_stdin(&["apply", "-f", "-"], &pod(&format!("web-{i}"), "100m", anti, "app: web"));
+        s.ok_stdin(
+            &["apply", "-f", "-"],
+            &pod(&format!("web-{i}"), "100m", anti, "app: web"),
+        );
     }
-    let placed: std::collections::BTreeSet<String> =
-        (0..2).map(|i| wait_bound(&s, &format!("web-{i}"))).collect();
+    let placed: std::collections::BTreeSet<String> = (0..2)
+        .map(|i| wait_bound(&s, &format!("web-{i}")))
+        .collect();
     assert_eq!(placed, ["n1".to_string(), "n3".to_string()].into());
     let msg = wait_failed(&s, "web-2");
     assert!(
@@ -115,14 +146,23 @@ fn pods_spread_over_equal_nodes_and_honour_selectors_taints_and_anti_affinity() 
         "{msg}"
     );
     assert_eq!(node_of(&s, "web-2"), "");
-    let cond = s.ok(&["get", "pod", "web-2", "-o", "jsonpath={.status.conditions[?(@.type==\"PodScheduled\")].reason}"]);
+    let cond = s.ok(&[
+        "get",
+        "pod",
+        "web-2",
+        "-o",
+        "jsonpath={.status.conditions[?(@.type==\"PodScheduled\")].reason}",
+    ]);
     assert_eq!(cond, "Unschedulable");
 
     // Zone spread with maxSkew 1 (DoNotSchedule): zones a and b alternate.
     let spread = "  tolerations: [{operator: Exists}]\n  topologySpreadConstraints:\n  - maxSkew: 1\n    topologyKey: topology.kubernetes.io/zone\n    whenUnsatisfiable: DoNotSchedule\n    labelSelector: {matchLabels: {app: zonal}}\n";
     let mut zones = std::collections::BTreeMap::new();
     for i in 0..4 {
-        s.ok_stdin(&["apply", "-f", "-"], &pod(&format!("zonal-{i}"), "100m", spread, "app: zonal"));
+        s.ok_stdin(
+            &["apply", "-f", "-"],
+            &pod(&format!("zonal-{i}"), "100m", spread, "app: zonal"),
+        );
         let n = wait_bound(&s, &format!("zonal-{i}"));
         *zones.entry(if n == "n1" { "a" } else { "b" }).or_insert(0) += 1;
     }
@@ -132,14 +172,25 @@ fn pods_spread_over_equal_nodes_and_honour_selectors_taints_and_anti_affinity() 
 #[test]
 fn unschedulable_pod_is_placed_once_a_fitting_node_appears() {
     let s = Server::start_scheduling(&[]);
-    add_nodes(&s, &[node("small-1", 2, &[], ""), node("small-2", 2, &[], "")]);
+    add_nodes(
+        &s,
+        &[node("small-1", 2, &[], ""), node("small-2", 2, &[], "")],
+    );
     s.ok_stdin(&["apply", "-f", "-"], &pod("big", "3", "", ""));
     let msg = wait_failed(&s, "big");
-    assert!(msg.starts_with("0/2 nodes are available: 2 Insufficient cpu."), "{msg}");
+    assert!(
+        msg.starts_with("0/2 nodes are available: 2 Insufficient cpu."),
+        "{msg}"
+    );
     add_nodes(&s, &[node("large", 8, &[], "")]);
     assert_eq!(wait_bound(&s, "big"), "large");
     let scheduled = s.ok(&[
-        "get", "events", "--field-selector", "involvedObject.name=big,reason=Scheduled", "-o", "jsonpath={.items[*].message}",
+        "get",
+        "events",
+        "--field-selector",
+        "involvedObject.name=big,reason=Scheduled",
+        "-o",
+        "jsonpath={.items[*].message}",
     ]);
     assert_eq!(scheduled, "Successfully assigned default/big to large");
 }
@@ -154,7 +205,10 @@ fn preemption_evicts_a_lower_priority_pod_for_a_higher_one() {
     );
     s.ok_stdin(&["apply", "-f", "-"], &pod("low", "1500m", "", ""));
     assert_eq!(wait_bound(&s, "low"), "only");
-    s.ok_stdin(&["apply", "-f", "-"], &pod("urgent", "1500m", "  priorityClassName: high\n", ""));
+    s.ok_stdin(
+        &["apply", "-f", "-"],
+        &pod("urgent", "1500m", "  priorityClassName: high\n", ""),
+    );
     assert_eq!(wait_bound(&s, "urgent"), "only");
     let gone = s.kubectl(&["get", "pod", "low"]);
     assert!(!gone.status.success(), "the victim still exists");

@@ -83,7 +83,11 @@ impl Hints for ProfileHints<'_> {
         if plugins.is_empty() {
             return true;
         }
-        let Some(profile) = self.0.iter().find(|f| f.scheduler_name == pod.scheduler_name()) else {
+        let Some(profile) = self
+            .0
+            .iter()
+            .find(|f| f.scheduler_name == pod.scheduler_name())
+        else {
             return false;
         };
         profile.plugins.iter().any(|(p, events)| {
@@ -104,7 +108,14 @@ impl Core {
             .iter()
             .map(|f| Interest {
                 scheduler_name: f.scheduler_name.clone(),
-                plugins: f.plugins().into_iter().map(|p| { let e = p.events(); (p, e) }).collect(),
+                plugins: f
+                    .plugins()
+                    .into_iter()
+                    .map(|p| {
+                        let e = p.events();
+                        (p, e)
+                    })
+                    .collect(),
             })
             .collect();
         Core {
@@ -160,7 +171,9 @@ impl Core {
             let old = self.snapshot.remove_pod(&key);
             self.snapshot.add_pod(&node, info.clone());
             let event = match &old {
-                Some((old_node, _)) if self.in_flight.contains_key(&key) && *old_node == node => None,
+                Some((old_node, _)) if self.in_flight.contains_key(&key) && *old_node == node => {
+                    None
+                }
                 None => Some(ClusterEvent::PodAdd),
                 Some((old_node, _)) if *old_node != node => Some(ClusterEvent::PodAdd),
                 Some((_, o)) if o.labels() != info.labels() => Some(ClusterEvent::PodUpdateLabel),
@@ -312,11 +325,19 @@ impl Core {
                     fw.run_unreserve(&mut state, &pod, &node);
                     self.snapshot.remove_pod(&pod.key);
                     let error = !s.is_rejected();
-                    let plugins = if error { BTreeSet::new() } else { [s.plugin].into() };
+                    let plugins = if error {
+                        BTreeSet::new()
+                    } else {
+                        [s.plugin].into()
+                    };
                     self.queue.failed(&pod.key, plugins, error, now);
                     self.stats.errors += 1;
                     return Action::Failed {
-                        reason: if error { "SchedulerError" } else { "Unschedulable" },
+                        reason: if error {
+                            "SchedulerError"
+                        } else {
+                            "Unschedulable"
+                        },
                         message: s.message(),
                         pod,
                         nominated_node: None,
@@ -385,7 +406,11 @@ impl Core {
             self.snapshot.nominate(pod.clone(), n);
         }
         Action::Failed {
-            reason: if error { "SchedulerError" } else { "Unschedulable" },
+            reason: if error {
+                "SchedulerError"
+            } else {
+                "Unschedulable"
+            },
             message: failure.message(),
             pod,
             nominated_node,
@@ -502,15 +527,31 @@ mod tests {
         let profiles = build_profiles(&default_config()).unwrap();
         let mut core = core_with(profiles);
         let now = Instant::now();
-        core.on_node(node("a", &[("cpu", "4"), ("memory", "8Gi"), ("pods", "110")], &[]), now);
-        core.on_node(node("b", &[("cpu", "8"), ("memory", "8Gi"), ("pods", "110")], &[]), now);
+        core.on_node(
+            node(
+                "a",
+                &[("cpu", "4"), ("memory", "8Gi"), ("pods", "110")],
+                &[],
+            ),
+            now,
+        );
+        core.on_node(
+            node(
+                "b",
+                &[("cpu", "8"), ("memory", "8Gi"), ("pods", "110")],
+                &[],
+            ),
+            now,
+        );
         let p = PodInfo::new(pod("p", &[&[("cpu", "1"), ("memory", "1Gi")]]));
         let fw = &core.profiles[0];
         let mut state = CycleState::new();
         let (_, s) = fw.run_pre_filter(&mut state, &p, &core.snapshot);
         assert!(s.is_success(), "{s:?}");
         let nodes: Vec<&crate::types::NodeInfo> = core.snapshot.nodes().iter().collect();
-        assert!(fw.run_pre_score(&mut state, &p, &nodes, &core.snapshot).is_success());
+        assert!(fw
+            .run_pre_score(&mut state, &p, &nodes, &core.snapshot)
+            .is_success());
         let totals = fw.run_score(&state, &p, &nodes, &[0, 1]).unwrap();
         assert_eq!(totals[1] - totals[0], 187 - 174, "totals {totals:?}");
         core.on_pod(pod("p", &[&[("cpu", "1"), ("memory", "1Gi")]]), now);
@@ -523,10 +564,16 @@ mod tests {
         let place = |profiles: Vec<Framework>| {
             let mut core = core_with(profiles);
             for n in ["n1", "n2"] {
-                core.on_node(node(n, &[("cpu", "4"), ("memory", "8Gi"), ("pods", "110")], &[]), now);
+                core.on_node(
+                    node(n, &[("cpu", "4"), ("memory", "8Gi"), ("pods", "110")], &[]),
+                    now,
+                );
             }
             for i in 0..4 {
-                core.on_pod(pod(&format!("p{i}"), &[&[("cpu", "1"), ("memory", "2Gi")]]), now);
+                core.on_pod(
+                    pod(&format!("p{i}"), &[&[("cpu", "1"), ("memory", "2Gi")]]),
+                    now,
+                );
             }
             counts(&drain(&mut core, now))
         };
@@ -542,12 +589,24 @@ mod tests {
     fn pod_waits_unschedulable_until_a_node_that_fits_arrives() {
         let mut core = core_with(build_profiles(&default_config()).unwrap());
         let t0 = Instant::now();
-        core.on_node(node("small", &[("cpu", "1"), ("memory", "1Gi"), ("pods", "110")], &[]), t0);
+        core.on_node(
+            node(
+                "small",
+                &[("cpu", "1"), ("memory", "1Gi"), ("pods", "110")],
+                &[],
+            ),
+            t0,
+        );
         core.on_pod(pod("big", &[&[("cpu", "2")]]), t0);
         match core.schedule_one(t0) {
-            Some(Action::Failed { message, reason, .. }) => {
+            Some(Action::Failed {
+                message, reason, ..
+            }) => {
                 assert_eq!(reason, "Unschedulable");
-                assert!(message.starts_with("0/1 nodes are available: 1 Insufficient cpu."), "{message}");
+                assert!(
+                    message.starts_with("0/1 nodes are available: 1 Insufficient cpu."),
+                    "{message}"
+                );
             }
             other => panic!("{other:?}"),
         }
@@ -556,7 +615,14 @@ mod tests {
         ns.metadata.name = Some("x".into());
         core.on_namespace(ns, t0);
         assert!(core.schedule_one(t0 + Duration::from_secs(2)).is_none());
-        core.on_node(node("large", &[("cpu", "4"), ("memory", "1Gi"), ("pods", "110")], &[]), t0);
+        core.on_node(
+            node(
+                "large",
+                &[("cpu", "4"), ("memory", "1Gi"), ("pods", "110")],
+                &[],
+            ),
+            t0,
+        );
         let placed = drain(&mut core, t0 + Duration::from_secs(2));
         assert_eq!(placed, [("big".to_string(), "large".to_string())]);
     }
@@ -565,7 +631,14 @@ mod tests {
     fn failed_binding_forgets_the_assumed_pod_and_retries() {
         let mut core = core_with(build_profiles(&default_config()).unwrap());
         let t0 = Instant::now();
-        core.on_node(node("n", &[("cpu", "1"), ("memory", "1Gi"), ("pods", "110")], &[]), t0);
+        core.on_node(
+            node(
+                "n",
+                &[("cpu", "1"), ("memory", "1Gi"), ("pods", "110")],
+                &[],
+            ),
+            t0,
+        );
         core.on_pod(pod("p", &[&[("cpu", "1")]]), t0);
         let Some(Action::Bind { pod, node }) = core.schedule_one(t0) else {
             panic!("not scheduled")
@@ -574,8 +647,14 @@ mod tests {
         assert_eq!(core.snapshot.get("n").unwrap().requested.milli_cpu, 1000);
         core.bind_result(&pod.key, false, true, t0);
         assert_eq!(core.snapshot.get("n").unwrap().requested.milli_cpu, 0);
-        assert!(core.schedule_one(t0).is_none(), "retried before its backoff");
-        assert!(matches!(core.schedule_one(t0 + Duration::from_secs(1)), Some(Action::Bind { .. })));
+        assert!(
+            core.schedule_one(t0).is_none(),
+            "retried before its backoff"
+        );
+        assert!(matches!(
+            core.schedule_one(t0 + Duration::from_secs(1)),
+            Some(Action::Bind { .. })
+        ));
     }
 }
 
@@ -593,13 +672,21 @@ mod bad_input {
             SchedulingQueue::new(Duration::from_secs(1), Duration::from_secs(10)),
         );
         let t0 = Instant::now();
-        core.on_node(node("n", &[("cpu", "4"), ("memory", "4Gi"), ("pods", "110")], &[]), t0);
+        core.on_node(
+            node(
+                "n",
+                &[("cpu", "4"), ("memory", "4Gi"), ("pods", "110")],
+                &[],
+            ),
+            t0,
+        );
         // Impossible: huge request, a selector nothing has, an invalid affinity operator,
         // a quantity that does not parse, and affinity to pods that never exist.
         let mut huge = pod("huge", &[&[("cpu", "100000")]]);
         huge.spec.as_mut().unwrap().priority = Some(100);
         let mut nowhere = pod("nowhere", &[]);
-        nowhere.spec.as_mut().unwrap().node_selector = Some([("zone".to_string(), "moon".to_string())].into());
+        nowhere.spec.as_mut().unwrap().node_selector =
+            Some([("zone".to_string(), "moon".to_string())].into());
         let mut broken: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "broken", "namespace": "default"},
             "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "lots"}}}],

@@ -33,7 +33,13 @@ pub struct Record {
 
 impl Record {
     /// An event about a pod.
-    pub fn pod(pod: &PodInfo, type_: &'static str, reason: &'static str, action: &'static str, note: String) -> Record {
+    pub fn pod(
+        pod: &PodInfo,
+        type_: &'static str,
+        reason: &'static str,
+        action: &'static str,
+        note: String,
+    ) -> Record {
         Record {
             regarding: ObjectReference {
                 api_version: Some("v1".into()),
@@ -86,7 +92,12 @@ struct Seen {
     first: Instant,
 }
 
-async fn write_events(client: Client, controller: String, instance: String, rx: mpsc::Receiver<Record>) {
+async fn write_events(
+    client: Client,
+    controller: String,
+    instance: String,
+    rx: mpsc::Receiver<Record>,
+) {
     let seen: std::sync::Mutex<HashMap<String, Seen>> = Default::default();
     let stream = tokio_stream_from(rx);
     stream
@@ -155,7 +166,9 @@ async fn write_events(client: Client, controller: String, instance: String, rx: 
         .await;
 }
 
-fn tokio_stream_from<T: Send + 'static>(mut rx: mpsc::Receiver<T>) -> impl futures::Stream<Item = T> {
+fn tokio_stream_from<T: Send + 'static>(
+    mut rx: mpsc::Receiver<T>,
+) -> impl futures::Stream<Item = T> {
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
 

@@ -142,7 +142,11 @@ pub struct CycleState {
 impl Clone for CycleState {
     fn clone(&self) -> Self {
         CycleState {
-            data: self.data.iter().map(|(k, v)| (*k, (**v).clone_box())).collect(),
+            data: self
+                .data
+                .iter()
+                .map(|(k, v)| (*k, (**v).clone_box()))
+                .collect(),
             skip_filter: self.skip_filter,
             skip_score: self.skip_score,
             narrowed_by: self.narrowed_by.clone(),
@@ -474,7 +478,11 @@ impl Framework {
 
     /// `a` before `b` in the active queue.
     pub fn less(&self, a: &PodInfo, a_ts: u64, b: &PodInfo, b_ts: u64) -> bool {
-        match self.queue_sort.as_ref().and_then(|e| e.plugin.as_queue_sort()) {
+        match self
+            .queue_sort
+            .as_ref()
+            .and_then(|e| e.plugin.as_queue_sort())
+        {
             Some(q) => q.less(a, a_ts, b, b_ts),
             None => a_ts < b_ts,
         }
@@ -510,8 +518,12 @@ impl Framework {
                 if result.node_names.as_ref().is_some_and(BTreeSet::is_empty) {
                     return (
                         result,
-                        Status::unresolvable("node(s) didn't satisfy plugin(s) [".to_string() + e.plugin.name() + "]")
-                            .with_plugin(e.plugin.name()),
+                        Status::unresolvable(
+                            "node(s) didn't satisfy plugin(s) [".to_string()
+                                + e.plugin.name()
+                                + "]",
+                        )
+                        .with_plugin(e.plugin.name()),
                     );
                 }
             }
@@ -685,7 +697,10 @@ impl Framework {
                 let s = p
                     .score(state, pod, n)
                     .map_err(|s| s.with_plugin(e.plugin.name()))?;
-                scores.push(NodeScore { node: idx, score: s });
+                scores.push(NodeScore {
+                    node: idx,
+                    score: s,
+                });
             }
             if p.has_normalize() {
                 let s = p.normalize(state, pod, &mut scores);

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use kube::api::{PostParams};
+use kube::api::PostParams;
 use kube::{Api, Client};
 use tokio::sync::watch;
 
@@ -83,7 +83,8 @@ impl LeaderElection {
         let ours = holder == self.identity;
         if !ours && !holder.is_empty() {
             let renewed = spec.renew_time.as_ref().map(|t| t.0);
-            let duration = Duration::from_secs(spec.lease_duration_seconds.unwrap_or(15).max(1) as u64);
+            let duration =
+                Duration::from_secs(spec.lease_duration_seconds.unwrap_or(15).max(1) as u64);
             let expired = match renewed {
                 Some(t) => {
                     let age = now.duration_since(t);
@@ -102,7 +103,10 @@ impl LeaderElection {
         };
         let transitions = spec.lease_transitions.unwrap_or(0) + i32::from(!ours);
         lease.spec = Some(self.spec(acquire_time, now, transitions));
-        match api.replace(&self.name, &PostParams::default(), &lease).await {
+        match api
+            .replace(&self.name, &PostParams::default(), &lease)
+            .await
+        {
             Ok(_) => Ok(true),
             Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
             Err(e) => Err(e),

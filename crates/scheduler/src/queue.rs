@@ -148,7 +148,14 @@ impl SchedulingQueue {
                         p.place = Place::Gated;
                         p.version += 1;
                     } else if spec_changed || p.place == Place::Gated {
-                        Self::requeue(p, &mut self.active, &mut self.backoff, now, self.initial_backoff, self.max_backoff);
+                        Self::requeue(
+                            p,
+                            &mut self.active,
+                            &mut self.backoff,
+                            now,
+                            self.initial_backoff,
+                            self.max_backoff,
+                        );
                     }
                 }
             }
@@ -263,10 +270,7 @@ impl SchedulingQueue {
         max: Duration,
     ) {
         let key: Arc<str> = Arc::from(p.info.key.as_str());
-        let until = p
-            .initial_attempt
-            .map(|_| p.backoff_until)
-            .unwrap_or(now);
+        let until = p.initial_attempt.map(|_| p.backoff_until).unwrap_or(now);
         let _ = (initial, max);
         if until > now {
             p.place = Place::Backoff;
@@ -388,7 +392,8 @@ mod tests {
         q.add(info("b", 5), false, now);
         q.add(info("c", 0), false, now);
         q.add(info("d", 5), false, now);
-        let order: Vec<String> = std::iter::from_fn(|| q.pop(now).map(|p| p.info.key.clone())).collect();
+        let order: Vec<String> =
+            std::iter::from_fn(|| q.pop(now).map(|p| p.info.key.clone())).collect();
         assert_eq!(order, ["default/b", "default/d", "default/a", "default/c"]);
     }
 
@@ -421,7 +426,9 @@ mod tests {
 
     #[test]
     fn backoff_doubles_per_attempt_up_to_the_maximum() {
-        let d = |n| SchedulingQueue::backoff_duration(n, Duration::from_secs(1), Duration::from_secs(10));
+        let d = |n| {
+            SchedulingQueue::backoff_duration(n, Duration::from_secs(1), Duration::from_secs(10))
+        };
         assert_eq!(d(1), Duration::from_secs(1));
         assert_eq!(d(2), Duration::from_secs(2));
         assert_eq!(d(4), Duration::from_secs(8));

@@ -52,7 +52,11 @@ pub async fn run(client: Client, opts: Options) -> anyhow::Result<()> {
         lost = Some(le.acquire(client.clone()).await);
     }
     let instance = hostname();
-    let recorder = Recorder::start(client.clone(), "default-scheduler".into(), format!("default-scheduler-{instance}"));
+    let recorder = Recorder::start(
+        client.clone(),
+        "default-scheduler".into(),
+        format!("default-scheduler-{instance}"),
+    );
     let (tx, mut rx) = mpsc::unbounded_channel();
     spawn_informers(&client, &tx);
     let mut core = Core::new(
@@ -152,18 +156,37 @@ async fn dispatch(
                         format!("Successfully assigned {} to {node}", pod.key),
                     ));
                 }
-                let _ = tx.send(Input::Bound { key: pod.key.clone(), ok, retry });
+                let _ = tx.send(Input::Bound {
+                    key: pod.key.clone(),
+                    ok,
+                    retry,
+                });
             });
         }
-        Action::Failed { pod, reason, message, nominated_node, victims, unnominated } => {
-            recorder.record(Record::pod(&pod, "Warning", "FailedScheduling", "Scheduling", message.clone()));
+        Action::Failed {
+            pod,
+            reason,
+            message,
+            nominated_node,
+            victims,
+            unnominated,
+        } => {
+            recorder.record(Record::pod(
+                &pod,
+                "Warning",
+                "FailedScheduling",
+                "Scheduling",
+                message.clone(),
+            ));
             let (client, recorder) = (client.clone(), recorder.clone());
             tokio::spawn(async move {
                 update_status(&client, &pod, reason, &message, nominated_node.as_deref()).await;
                 for p in &unnominated {
                     let api: Api<Pod> = Api::namespaced(client.clone(), p.namespace());
                     let patch = json!({"status": {"nominatedNodeName": null}});
-                    let _ = api.patch_status(p.name(), &PatchParams::default(), &Patch::Merge(&patch)).await;
+                    let _ = api
+                        .patch_status(p.name(), &PatchParams::default(), &Patch::Merge(&patch))
+                        .await;
                 }
                 if let Some(node) = nominated_node {
                     for v in victims.iter().filter(|v| !v.terminating()) {
@@ -185,7 +208,12 @@ async fn bind(client: &Client, pod: &PodInfo, node: &str) -> (bool, bool) {
         "target": {"apiVersion": "v1", "kind": "Node", "name": node},
     });
     match api
-        .create_subresource::<_, serde_json::Value>("binding", pod.name(), &PostParams::default(), &binding)
+        .create_subresource::<_, serde_json::Value>(
+            "binding",
+            pod.name(),
+            &PostParams::default(),
+            &binding,
+        )
         .await
     {
         Ok(_) => (true, false),
@@ -201,15 +229,25 @@ async fn bind(client: &Client, pod: &PodInfo, node: &str) -> (bool, bool) {
 }
 
 /// Set the PodScheduled=False condition (and nominatedNodeName) unless already so.
-async fn update_status(client: &Client, pod: &PodInfo, reason: &str, message: &str, nominated: Option<&str>) {
+async fn update_status(
+    client: &Client,
+    pod: &PodInfo,
+    reason: &str,
+    message: &str,
+    nominated: Option<&str>,
+) {
     let status = pod.pod.status.as_ref();
     let same = status
         .and_then(|s| s.conditions.as_ref())
         .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled"))
         .is_some_and(|c| {
-            c.status == "False" && c.reason.as_deref() == Some(reason) && c.message.as_deref() == Some(message)
+            c.status == "False"
+                && c.reason.as_deref() == Some(reason)
+                && c.message.as_deref() == Some(message)
         });
-    let current_nominated = status.and_then(|s| s.nominated_node_name.as_deref()).unwrap_or("");
+    let current_nominated = status
+        .and_then(|s| s.nominated_node_name.as_deref())
+        .unwrap_or("");
     if same && nominated.is_none_or(|n| n == current_nominated) {
         return;
     }
@@ -226,7 +264,11 @@ async fn update_status(client: &Client, pod: &PodInfo, reason: &str, message: &s
     }
     let api: Api<Pod> = Api::namespaced(client.clone(), pod.namespace());
     if let Err(e) = api
-        .patch_status(pod.name(), &PatchParams::default(), &Patch::Strategic(&patch))
+        .patch_status(
+            pod.name(),
+            &PatchParams::default(),
+            &Patch::Strategic(&patch),
+        )
         .await
     {
         tracing::debug!(pod = %pod.key, error = %e, "updating pod status");
@@ -234,7 +276,13 @@ async fn update_status(client: &Client, pod: &PodInfo, reason: &str, message: &s
 }
 
 /// Evict a victim for `preemptor`: mark it DisruptionTarget, delete it, record Preempted.
-async fn preempt(client: &Client, recorder: &Recorder, preemptor: &PodInfo, victim: &PodInfo, node: &str) {
+async fn preempt(
+    client: &Client,
+    recorder: &Recorder,
+    preemptor: &PodInfo,
+    victim: &PodInfo,
+    node: &str,
+) {
     let api: Api<Pod> = Api::namespaced(client.clone(), victim.namespace());
     let cond = json!({"status": {"conditions": [{
         "type": "DisruptionTarget",
@@ -244,7 +292,11 @@ async fn preempt(client: &Client, recorder: &Recorder, preemptor: &PodInfo, vict
         "lastTransitionTime": k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(crate::events::chrono_now()),
     }]}});
     let _ = api
-        .patch_status(victim.name(), &PatchParams::default(), &Patch::Strategic(&cond))
+        .patch_status(
+            victim.name(),
+            &PatchParams::default(),
+            &Patch::Strategic(&cond),
+        )
         .await;
     let dp = DeleteParams {
         preconditions: Some(Preconditions {
@@ -268,26 +320,51 @@ async fn preempt(client: &Client, recorder: &Recorder, preemptor: &PodInfo, vict
 fn spawn_informers(client: &Client, tx: &mpsc::UnboundedSender<Input>) {
     let pods: Api<Pod> = Api::all(client.clone());
     let cfg = watcher::Config::default().fields("status.phase!=Succeeded,status.phase!=Failed");
-    tokio::spawn(feed(watcher::watcher(pods, cfg).default_backoff(), tx.clone(), "pods", |p| Input::Pod(Box::new(p)), |p: &Pod| {
-        Input::PodGone(format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any()))
-    }, Input::PodGone));
+    tokio::spawn(feed(
+        watcher::watcher(pods, cfg).default_backoff(),
+        tx.clone(),
+        "pods",
+        |p| Input::Pod(Box::new(p)),
+        |p: &Pod| {
+            Input::PodGone(format!(
+                "{}/{}",
+                p.namespace().unwrap_or_default(),
+                p.name_any()
+            ))
+        },
+        Input::PodGone,
+    ));
     let nodes: Api<Node> = Api::all(client.clone());
-    tokio::spawn(feed(watcher::watcher(nodes, watcher::Config::default()).default_backoff(), tx.clone(), "nodes", |n| Input::Node(Box::new(n)), |n: &Node| {
-        Input::NodeGone(n.name_any())
-    }, Input::NodeGone));
+    tokio::spawn(feed(
+        watcher::watcher(nodes, watcher::Config::default()).default_backoff(),
+        tx.clone(),
+        "nodes",
+        |n| Input::Node(Box::new(n)),
+        |n: &Node| Input::NodeGone(n.name_any()),
+        Input::NodeGone,
+    ));
     let nss: Api<Namespace> = Api::all(client.clone());
-    tokio::spawn(feed(watcher::watcher(nss, watcher::Config::default()).default_backoff(), tx.clone(), "namespaces", |n| Input::Namespace(Box::new(n)), |n: &Namespace| {
-        Input::NamespaceGone(n.name_any())
-    }, Input::NamespaceGone));
+    tokio::spawn(feed(
+        watcher::watcher(nss, watcher::Config::default()).default_backoff(),
+        tx.clone(),
+        "namespaces",
+        |n| Input::Namespace(Box::new(n)),
+        |n: &Namespace| Input::NamespaceGone(n.name_any()),
+        Input::NamespaceGone,
+    ));
     let pdbs: Api<PodDisruptionBudget> = Api::all(client.clone());
     let tx2 = tx.clone();
     tokio::spawn(async move {
         let (reader, writer) = kube::runtime::reflector::store();
-        let stream = kube::runtime::reflector(writer, watcher::watcher(pdbs, watcher::Config::default()).default_backoff());
+        let stream = kube::runtime::reflector(
+            writer,
+            watcher::watcher(pdbs, watcher::Config::default()).default_backoff(),
+        );
         futures::pin_mut!(stream);
         while let Some(ev) = stream.next().await {
             if ev.is_ok() {
-                let all: Vec<PodDisruptionBudget> = reader.state().iter().map(|p| (**p).clone()).collect();
+                let all: Vec<PodDisruptionBudget> =
+                    reader.state().iter().map(|p| (**p).clone()).collect();
                 if tx2.send(Input::Pdbs(all)).is_err() {
                     return;
                 }

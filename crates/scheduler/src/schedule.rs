@@ -228,18 +228,25 @@ fn find_nodes_that_fit(
         .filter(|n| !n.is_empty());
     if let Some(idx) = nominated.and_then(|n| snapshot.index_of(n)) {
         let node = &snapshot.nodes()[idx];
-        if fw.run_filter_with_nominated(state, pod, node, snapshot).is_success() {
+        if fw
+            .run_filter_with_nominated(state, pod, node, snapshot)
+            .is_success()
+        {
             return Ok((vec![idx], 1));
         }
     }
 
-    let candidates: Option<Vec<usize>> = pre.node_names.as_ref().map(|names| {
-        names.iter().filter_map(|n| snapshot.index_of(n)).collect()
-    });
+    let candidates: Option<Vec<usize>> = pre
+        .node_names
+        .as_ref()
+        .map(|names| names.iter().filter_map(|n| snapshot.index_of(n)).collect());
     if pre.node_names.is_some() {
         diagnosis.statuses.absent = Some(Status::new(
             Code::UnschedulableAndUnresolvable,
-            format!("node(s) didn't satisfy plugin(s) [{}]", state.narrowed_by.join(" ")),
+            format!(
+                "node(s) didn't satisfy plugin(s) [{}]",
+                state.narrowed_by.join(" ")
+            ),
         ));
     }
     let n = candidates.as_ref().map_or(all, Vec::len);
@@ -248,7 +255,11 @@ fn find_nodes_that_fit(
     } else {
         n
     };
-    let start = if candidates.is_some() { 0 } else { cursor.next_start % n.max(1) };
+    let start = if candidates.is_some() {
+        0
+    } else {
+        cursor.next_start % n.max(1)
+    };
     let mut feasible = Vec::with_capacity(want.min(n));
     let mut processed = 0;
     for k in 0..n {
@@ -308,15 +319,28 @@ mod tests {
         let mut d = Diagnosis::default();
         d.statuses.by_node = vec![
             (0, Status::unschedulable("Insufficient cpu")),
-            (1, Status::with_reasons(Code::Unschedulable, vec!["Insufficient cpu".into(), "Insufficient memory".into()])),
-            (2, Status::unresolvable("node(s) didn't match Pod's node affinity/selector")),
+            (
+                1,
+                Status::with_reasons(
+                    Code::Unschedulable,
+                    vec!["Insufficient cpu".into(), "Insufficient memory".into()],
+                ),
+            ),
+            (
+                2,
+                Status::unresolvable("node(s) didn't match Pod's node affinity/selector"),
+            ),
         ];
         assert_eq!(
             fit_error_message(3, &d),
             "0/3 nodes are available: 1 Insufficient memory, 1 node(s) didn't match Pod's node affinity/selector, 2 Insufficient cpu."
         );
-        d.post_filter_msg = "preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.".into();
-        assert!(fit_error_message(3, &d).ends_with(" preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."));
+        d.post_filter_msg =
+            "preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
+                .into();
+        assert!(fit_error_message(3, &d).ends_with(
+            " preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
+        ));
     }
 
     #[test]
@@ -329,7 +353,10 @@ mod tests {
             },
             ..Default::default()
         };
-        assert_eq!(fit_error_message(5, &d), "0/5 nodes are available: waiting.");
+        assert_eq!(
+            fit_error_message(5, &d),
+            "0/5 nodes are available: waiting."
+        );
     }
 
     #[test]

@@ -57,6 +57,7 @@ pub struct NodeSlots(Arc<Vec<u64>>);
 
 impl NodeSlots {
     /// The node's position in the snapshot, when it is (a clone of) the node there.
+    #[inline]
     pub fn index_of(&self, node: &NodeInfo) -> Option<usize> {
         (self.0.get(node.index) == Some(&node.slot)).then_some(node.index)
     }
@@ -176,7 +177,18 @@ impl NodeValues {
         self.values.ids.get(value).copied()
     }
 
+    /// The id of every value some node has.
+    pub fn ids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.values
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| **n > 0)
+            .map(|(id, _)| id as u32)
+    }
+
     /// The value id of the snapshot's node at position `n`; None when it lacks the label.
+    #[inline]
     pub fn at(&self, n: usize) -> Option<u32> {
         self.values
             .node_value
@@ -187,6 +199,7 @@ impl NodeValues {
 
     /// The node's value: None when the node lacks the label, `Some(None)` when no node of the
     /// snapshot has that value (the node is not one of the snapshot's).
+    #[inline]
     pub fn of(&self, node: &NodeInfo) -> Option<Option<u32>> {
         if let Some(n) = self.slots.index_of(node) {
             return self.at(n).map(Some);
@@ -258,6 +271,7 @@ impl ValueCounts {
 
     /// The id of the node's value: None when the node lacks the label, `Some(None)` when the
     /// value has no id.
+    #[inline]
     pub fn of(&self, node: &NodeInfo) -> Option<Option<u32>> {
         match self.values.of(node)? {
             Some(id) => Some(Some(id)),
@@ -278,11 +292,13 @@ impl ValueCounts {
     }
 
     /// The value id of the snapshot's node at position `n`; None when it lacks the label.
+    #[inline]
     pub fn at(&self, n: usize) -> Option<u32> {
         self.values.at(n)
     }
 
     /// Add `delta` to the count of value `id` (making it present); returns the new count.
+    #[inline]
     pub fn add(&mut self, id: u32, delta: i64) -> i64 {
         let i = id as usize;
         if i >= self.counts.len() {
@@ -309,12 +325,14 @@ impl ValueCounts {
     }
 
     /// The count of value `id` if present.
+    #[inline]
     pub fn get(&self, id: u32) -> Option<i64> {
         let i = id as usize;
         (self.present.get(i) == Some(&true)).then(|| self.counts[i])
     }
 
     /// The count of value `id` (0 when absent).
+    #[inline]
     pub fn count(&self, id: u32) -> i64 {
         self.counts.get(id as usize).copied().unwrap_or(0)
     }

@@ -6,6 +6,12 @@
 //! PreFilter counts, per topology pair (node label key and value), the existing pods that match
 //! the incoming pod's required terms and the existing pods whose required anti-affinity matches
 //! the incoming pod; Filter then only looks the node's topology values up in those counts.
+//!
+//! The snapshot groups the pods of its nodes by namespace and labels, and their affinity terms
+//! by content (`Snapshot::pod_groups`, `Snapshot::term_groups`), so a selector is evaluated once
+//! per group rather than once per pod, and the counts are kept per value id of the topology
+//! labels (`snapshot::ValueCounts`), so Filter and Score look a node up without string keys.
+//! The results are those of evaluating every pod on every node, as Kubernetes does.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -199,16 +205,13 @@ impl TopologyCounts {
     }
 
     /// Add `delta` for each of the snapshot's nodes in `nodes` (times its count) to the pair
-    /// it has for the key of `slot`. Returns whether some node has the label.
-    fn add_for_nodes(&mut self, slot: usize, nodes: &NodeCounts, delta: i64) -> bool {
-        let mut any = false;
+    /// it has for the key of `slot`.
+    fn add_for_nodes(&mut self, slot: usize, nodes: &NodeCounts, delta: i64) {
         for (&n, &count) in nodes {
             if let Some(id) = self.0[slot].at(n as usize) {
-                any = true;
                 self.add_id(slot, id, delta * i64::from(count));
             }
         }
-        any
     }
 
     /// The count of the pair the node has for the key of `slot`: None when the node lacks the

@@ -1595,3 +1595,226 @@ fn hints_follow_the_changed_pod() {
     assert!(!p.hint(&plain, ClusterEvent::PodAdd, Some(&web)));
     assert!(p.events().contains(&ClusterEvent::PodDelete));
 }
+
+// ----- Against a direct computation ----------------------------------------------------------
+
+type Pairs = BTreeMap<(String, String), i64>;
+
+/// PreFilter's counts computed pod by pod over every node, as Kubernetes does.
+fn direct_counts(incoming: &PodInfo, s: &Snapshot) -> (Pairs, Pairs, Pairs) {
+    let ns_labels = s.namespace_labels(incoming.namespace());
+    let affinity: Vec<AffinityTerm> = incoming
+        .required_affinity
+        .iter()
+        .map(|t| merge_namespaces(t, s))
+        .collect();
+    let anti: Vec<AffinityTerm> = incoming
+        .required_anti_affinity
+        .iter()
+        .map(|t| merge_namespaces(t, s))
+        .collect();
+    let (mut existing, mut aff, mut anti_counts) = (Pairs::new(), Pairs::new(), Pairs::new());
+    for node in s.nodes() {
+        let labels = node.labels();
+        let bump = |m: &mut Pairs, key: &str| {
+            if let Some(v) = labels.get(key) {
+                *m.entry((key.to_string(), v.clone())).or_insert(0) += 1;
+            }
+        };
+        for p in &node.pods {
+            for t in &p.required_anti_affinity {
+                if term_matches(t, incoming, ns_labels) {
+                    bump(&mut existing, &t.topology_key);
+                }
+            }
+            if matches_all(&affinity, p) {
+                for t in &affinity {
+                    bump(&mut aff, &t.topology_key);
+                }
+            }
+            for t in &anti {
+                if term_matches(t, p, None) {
+                    bump(&mut anti_counts, &t.topology_key);
+                }
+            }
+        }
+    }
+    (existing, aff, anti_counts)
+}
+
+/// Summed preferred-term weights per topology pair, pod by pod over every node.
+fn direct_scores(incoming: &PodInfo, s: &Snapshot, hard_weight: i64) -> Option<Pairs> {
+    let ns_labels = s.namespace_labels(incoming.namespace());
+    let merge = |terms: &[WeightedAffinityTerm]| -> Vec<(AffinityTerm, i64)> {
+        terms
+            .iter()
+            .map(|w| (merge_namespaces(&w.term, s), i64::from(w.weight)))
+            .collect()
+    };
+    let (pref, pref_anti) = (
+        merge(&incoming.preferred_affinity),
+        merge(&incoming.preferred_anti_affinity),
+    );
+    let mut scores = Pairs::new();
+    let mut touched = false;
+    for node in s.nodes() {
+        let labels = node.labels();
+        let mut add = |key: &str, w: i64| {
+            if let Some(v) = labels.get(key) {
+                touched = true;
+                *scores.entry((key.to_string(), v.clone())).or_insert(0) += w;
+            }
+        };
+        for p in &node.pods {
+            for (t, w) in &pref {
+                if term_matches(t, p, None) {
+                    add(&t.topology_key, *w);
+                }
+            }
+            for (t, w) in &pref_anti {
+                if term_matches(t, p, None) {
+                    add(&t.topology_key, -*w);
+                }
+            }
+            if hard_weight > 0 {
+                for t in &p.required_affinity {
+                    if term_matches(t, incoming, ns_labels) {
+                        add(&t.topology_key, hard_weight);
+                    }
+                }
+            }
+            for w in &p.preferred_affinity {
+                if term_matches(&w.term, incoming, ns_labels) {
+                    add(&w.term.topology_key, i64::from(w.weight));
+                }
+            }
+            for w in &p.preferred_anti_affinity {
+                if term_matches(&w.term, incoming, ns_labels) {
+                    add(&w.term.topology_key, -i64::from(w.weight));
+                }
+            }
+        }
+    }
+    touched.then_some(scores)
+}
+
+/// A random pod of a small vocabulary of labels, namespaces and terms.
+fn random_pod(rng: &mut rand::rngs::SmallRng, name: &str, node: &str) -> PodB {
+    use rand::Rng;
+    let namespaces = ["subteam1.team1", "subteam2.team1", "subteam1.team2"];
+    let keys = ["zone", "region", "hostname", "missing"];
+    let mut p = pod()
+        .name(name)
+        .ns(namespaces[rng.random_range(0..namespaces.len())])
+        .node(node);
+    for k in ["app", "tier"] {
+        if rng.random_range(0..3) != 0 {
+            p = p.label(k, &format!("v{}", rng.random_range(0..3)));
+        }
+    }
+    let random_term = |rng: &mut rand::rngs::SmallRng| {
+        let key = keys[rng.random_range(0..keys.len())];
+        let t = match rng.random_range(0..4) {
+            0 => t_exists("app", key),
+            1 => t_not_in("tier", &["v0"], key),
+            _ => t_in("app", &[&format!("v{}", rng.random_range(0..3))], key),
+        };
+        match rng.random_range(0..5) {
+            0 => with_ns_selector(t, team1()),
+            1 => with_namespaces(t, &["subteam1.team1", "subteam1.team2"]),
+            _ => t,
+        }
+    };
+    for _ in 0..rng.random_range(0..2) {
+        p = p.aff(random_term(rng));
+    }
+    for _ in 0..rng.random_range(0..3) {
+        p = p.anti(random_term(rng));
+    }
+    for _ in 0..rng.random_range(0..2) {
+        let w = rng.random_range(1..100);
+        p = p.pref_aff(w, random_term(rng));
+    }
+    for _ in 0..rng.random_range(0..2) {
+        let w = rng.random_range(1..100);
+        p = p.pref_anti(w, random_term(rng));
+    }
+    p
+}
+
+#[test]
+fn counts_and_scores_equal_a_pod_by_pod_computation() {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(42);
+    // How many compared counts and scores were not empty: the cases must exercise them.
+    let (mut counted, mut scored) = (0, 0);
+    for round in 0..40 {
+        let mut nodes = Vec::new();
+        for i in 0..rng.random_range(1..8) {
+            let name = format!("n{i}");
+            let zone = format!("z{}", rng.random_range(0..3));
+            let mut labels = vec![("zone", zone.as_str()), ("hostname", name.as_str())];
+            if rng.random_range(0..3) != 0 {
+                labels.push(("region", "r1"));
+            }
+            nodes.push(node(&name, &labels));
+        }
+        let n = nodes.len();
+        let pods: Vec<PodB> = (0..rng.random_range(0..25))
+            .map(|i| {
+                let on = format!("n{}", rng.random_range(0..n + 1));
+                random_pod(&mut rng, &format!("p{i}"), &on)
+            })
+            .collect();
+        let s = snap(nodes, pods);
+        for k in 0..5 {
+            let incoming = random_pod(&mut rng, &format!("in{k}"), "").info();
+            let case = format!("round {round} incoming {k}");
+
+            let (want_existing, want_aff, want_anti) = direct_counts(&incoming, &s);
+            let mut state = CycleState::new();
+            let (_, st) = plugin().pre_filter(&mut state, &incoming, &s);
+            if st.code == Code::Skip {
+                assert!(want_existing.is_empty(), "{case}: skipped with counts");
+                assert!(incoming.required_affinity.is_empty());
+                assert!(incoming.required_anti_affinity.is_empty());
+            } else {
+                assert!(st.is_success(), "{case}: {st:?}");
+                let got = read(&state);
+                counted += usize::from(!want_existing.is_empty())
+                    + usize::from(!want_aff.is_empty())
+                    + usize::from(!want_anti.is_empty());
+                assert_eq!(got.existing_anti_affinity.pairs(), want_existing, "{case}");
+                assert_eq!(got.affinity.pairs(), want_aff, "{case}");
+                assert_eq!(got.anti_affinity.pairs(), want_anti, "{case}");
+            }
+
+            for hard_weight in [0, 1, 7] {
+                let args = Args {
+                    hard_pod_affinity_weight: hard_weight,
+                    ignore_preferred_terms_of_existing_pods: false,
+                };
+                let p = InterPodAffinity::with_args(args);
+                let infos: Vec<&NodeInfo> = s.nodes().iter().collect();
+                let mut state = CycleState::new();
+                let st = p.pre_score(&mut state, &incoming, &infos, &s);
+                let want = direct_scores(&incoming, &s, i64::from(hard_weight));
+                match want {
+                    None => assert_eq!(st.code, Code::Skip, "{case}: {st:?}"),
+                    Some(want) => {
+                        assert!(st.is_success(), "{case}: {st:?}");
+                        let got = state
+                            .read::<PreScoreState>(PRE_SCORE_KEY)
+                            .expect("pre-score state");
+                        scored += usize::from(!want.is_empty());
+                        assert_eq!(got.scores.pairs(), want, "{case} weight {hard_weight}");
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        counted > 100 && scored > 100,
+        "{counted} counts, {scored} scores"
+    );
+}

@@ -5,6 +5,11 @@
 //! ReplicationControllers, ReplicaSets and StatefulSets selecting them. Mirrors
 //! `pkg/scheduler/framework/plugins/podtopologyspread` of Kubernetes v1.32 (`common.go`,
 //! `filtering.go`, `scoring.go`, `plugin.go`).
+//!
+//! Matching pods are counted per group of pods with equal namespace, labels and termination
+//! (`Snapshot::pod_groups`: a selector is evaluated once per group), and kept per value id of
+//! the topology label (`snapshot::ValueCounts`), so Filter and Score look nodes up without
+//! string keys. The results are those of evaluating every pod on every node.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, PoisonError, RwLock};
@@ -696,28 +701,45 @@ impl PreFilterPlugin for PodTopologySpread {
             .iter()
             .map(|c| ValueCounts::new(snapshot.node_values(&c.topology_key)))
             .collect();
-        // Every eligible domain is counted, with 0 when no pod matches there.
+        // Every eligible domain is counted, with 0 when no pod matches there. Without node
+        // inclusion policies to apply, a node is eligible when it has every key: with a single
+        // constraint, the domains are then simply the values some node has.
         let nodes = snapshot.nodes();
         let k = constraints.len();
-        let mut eligible = vec![false; nodes.len() * k];
-        // Without node inclusion policies to apply, a node is eligible when it has every key.
         let include_all =
             inclusion.matches_every_node() && constraints.iter().all(|c| !c.honor_taints);
-        for (n, node) in nodes.iter().enumerate() {
-            if !counts.iter().all(|c| c.at(n).is_some()) {
-                continue;
+        let mut eligible: Vec<bool> = Vec::new();
+        if include_all && k == 1 {
+            let c = &mut counts[0];
+            let ids: Vec<u32> = c.values().ids().collect();
+            for id in ids {
+                c.add(id, 0);
             }
-            let mut included = Inclusion::new(&inclusion, node);
-            for (i, c) in constraints.iter().enumerate() {
-                if !include_all && !included.includes(c) {
+        } else {
+            eligible = vec![false; nodes.len() * k];
+            for (n, node) in nodes.iter().enumerate() {
+                if !counts.iter().all(|c| c.at(n).is_some()) {
                     continue;
                 }
-                if let Some(id) = counts[i].at(n) {
-                    counts[i].add(id, 0);
-                    eligible[n * k + i] = true;
+                let mut included = Inclusion::new(&inclusion, node);
+                for (i, c) in constraints.iter().enumerate() {
+                    if !include_all && !included.includes(c) {
+                        continue;
+                    }
+                    if let Some(id) = counts[i].at(n) {
+                        counts[i].add(id, 0);
+                        eligible[n * k + i] = true;
+                    }
                 }
             }
         }
+        let is_eligible = |counts: &[ValueCounts], n: usize, i: usize| {
+            if eligible.is_empty() {
+                counts[i].at(n).is_some()
+            } else {
+                eligible.get(n * k + i).copied().unwrap_or(false)
+            }
+        };
         // Matching pods, per group of pods with equal namespace, labels and termination.
         let mut matching: Vec<bool> = Vec::with_capacity(k);
         for g in snapshot.pod_groups() {
@@ -731,12 +753,12 @@ impl PreFilterPlugin for PodTopologySpread {
             }
             for (&n, &count) in &g.nodes {
                 let n = n as usize;
-                for (i, c) in counts.iter_mut().enumerate() {
-                    if !matching[i] || !eligible.get(n * k + i).copied().unwrap_or(false) {
+                for i in 0..k {
+                    if !matching[i] || !is_eligible(&counts, n, i) {
                         continue;
                     }
-                    if let Some(id) = c.at(n) {
-                        c.add(id, i64::from(count));
+                    if let Some(id) = counts[i].at(n) {
+                        counts[i].add(id, i64::from(count));
                     }
                 }
             }

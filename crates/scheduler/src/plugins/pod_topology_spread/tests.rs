@@ -2298,3 +2298,233 @@ fn hints_follow_the_changed_pod() {
     assert!(!p.hint(&soft_only, ClusterEvent::PodAdd, Some(&matching)));
     assert!(p.events().contains(&ClusterEvent::NodeDelete));
 }
+
+// ----- Against a direct computation ----------------------------------------------------------
+
+/// A random pod over a small vocabulary of labels and namespaces.
+fn random_existing(rng: &mut rand::rngs::SmallRng, name: &str, node: &str) -> PodB {
+    use rand::Rng;
+    let mut p = pod(name).node(node);
+    if rng.random_range(0..4) == 0 {
+        p = p.ns("other");
+    }
+    for k in ["foo", "bar"] {
+        if rng.random_range(0..2) == 0 {
+            p = p.label(k, &format!("v{}", rng.random_range(0..2)));
+        }
+    }
+    if rng.random_range(0..8) == 0 {
+        p = p.terminating();
+    }
+    p
+}
+
+/// A random incoming pod with one or two constraints of `action`.
+fn random_incoming(rng: &mut rand::rngs::SmallRng, action: &str) -> PodB {
+    use rand::Rng;
+    let keys = ["zone", "node", LABEL_HOSTNAME, "rack"];
+    let mut p = pod("incoming").label("foo", "v0");
+    if rng.random_range(0..4) == 0 {
+        p = p.node_selector("zone", "zone1");
+    }
+    if rng.random_range(0..4) == 0 {
+        p = p.tolerate("node.kubernetes.io/unschedulable");
+    }
+    for _ in 0..rng.random_range(1..3) {
+        let selector = match rng.random_range(0..4) {
+            0 => bar(),
+            1 => labels_sel(&[("foo", "v0")]),
+            2 => Some(MetaSelector::default()),
+            _ => foo(),
+        };
+        let mut c = spread(
+            rng.random_range(1..3),
+            keys[rng.random_range(0..keys.len())],
+            action,
+            selector,
+        );
+        if rng.random_range(0..3) == 0 {
+            c = affinity_policy(c, "Ignore");
+        }
+        if rng.random_range(0..3) == 0 {
+            c = taints_policy(c, "Honor");
+        }
+        p = p.c(c);
+    }
+    p
+}
+
+fn random_cluster(rng: &mut rand::rngs::SmallRng) -> Snapshot {
+    use rand::Rng;
+    let mut nodes = Vec::new();
+    for i in 0..rng.random_range(1..9) {
+        let name = format!("node-{i}");
+        let zone = format!("zone{}", rng.random_range(1..4));
+        let mut labels = vec![("node", name.as_str()), (LABEL_HOSTNAME, name.as_str())];
+        if rng.random_range(0..5) != 0 {
+            labels.push(("zone", zone.as_str()));
+        }
+        if rng.random_range(0..2) == 0 {
+            labels.push(("rack", "r1"));
+        }
+        let n = node(&name, &labels);
+        nodes.push(if rng.random_range(0..4) == 0 {
+            tainted(n)
+        } else {
+            n
+        });
+    }
+    let n = nodes.len();
+    let pods: Vec<PodB> = (0..rng.random_range(0..30))
+        .map(|i| {
+            let on = format!("node-{}", rng.random_range(0..n + 1));
+            random_existing(rng, &format!("p{i}"), &on)
+        })
+        .collect();
+    snap(nodes, pods)
+}
+
+#[test]
+fn pre_filter_counts_equal_a_pod_by_pod_computation() {
+    use rand::SeedableRng;
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(11);
+    let p = list_plugin();
+    let mut nonempty = 0;
+    for round in 0..300 {
+        let s = random_cluster(&mut rng);
+        let incoming = random_incoming(&mut rng, DO_NOT_SCHEDULE).info();
+        let (st, state) = pre_filter(&p, &incoming, &s);
+        assert!(st.is_success(), "{round}: {st:?}");
+        let got = read(&state);
+        let rules = NodeInclusion::new(&incoming);
+        let mut want: Vec<Vec<(String, i64)>> = Vec::new();
+        for c in &got.shared.constraints {
+            let mut domains: BTreeMap<String, i64> = BTreeMap::new();
+            for node in s.nodes() {
+                if !node_has_keys(node, &got.shared.constraints)
+                    || !Inclusion::new(&rules, node).includes(c)
+                {
+                    continue;
+                }
+                let value = node.labels()[&c.topology_key].clone();
+                *domains.entry(value).or_insert(0) +=
+                    count_matching(&node.pods, &c.selector, incoming.namespace());
+            }
+            nonempty += usize::from(domains.values().any(|n| *n > 0));
+            want.push(domains.into_iter().collect());
+        }
+        assert_eq!(sorted_counts(got), want, "round {round}");
+        for (i, paths) in got.paths.iter().enumerate() {
+            let min = want[i]
+                .iter()
+                .map(|(_, n)| *n)
+                .min()
+                .unwrap_or(NO_MATCH_NUM);
+            assert_eq!(
+                paths.0[0].1, min,
+                "round {round}: minimum of constraint {i}"
+            );
+        }
+    }
+    assert!(nonempty > 100, "{nonempty}");
+}
+
+#[test]
+fn scores_equal_a_pod_by_pod_computation() {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(5);
+    let mut nonzero = 0;
+    for round in 0..300 {
+        let s = random_cluster(&mut rng);
+        let (p, incoming) = if rng.random_range(0..3) == 0 {
+            // System defaults: the selector comes from a Service; nodes may lack the keys.
+            let p = system_plugin();
+            p.owners().replace(vec![service(&[("foo", "v0")])]);
+            (p, pod("incoming").label("foo", "v0").info())
+        } else {
+            (
+                list_plugin(),
+                random_incoming(&mut rng, SCHEDULE_ANYWAY).info(),
+            )
+        };
+        let candidates: Vec<&NodeInfo> = s
+            .nodes()
+            .iter()
+            .filter(|_| rng.random_range(0..4) != 0)
+            .collect();
+        if candidates.is_empty() {
+            continue;
+        }
+        let mut state = CycleState::new();
+        let st = p.pre_score(&mut state, &incoming, &candidates, &s);
+        assert!(st.is_success(), "{round}: {st:?}");
+        let PreScoreState(got) = state.read::<PreScoreState>(PRE_SCORE_KEY).expect("state");
+        let constraints = &got.constraints;
+        let require_all = got.require_all_topologies;
+        let rules = NodeInclusion::new(&incoming);
+        // Domains of the candidates (the empty value for nodes without the key when not all
+        // keys are required), then the matching pods of every eligible node.
+        let mut want: Vec<HashMap<String, i64>> = vec![HashMap::new(); constraints.len()];
+        for node in &candidates {
+            if require_all && !node_has_keys(node, constraints) {
+                continue;
+            }
+            for (i, c) in constraints.iter().enumerate() {
+                if c.topology_key != LABEL_HOSTNAME {
+                    let v = node
+                        .labels()
+                        .get(&c.topology_key)
+                        .cloned()
+                        .unwrap_or_default();
+                    want[i].insert(v, 0);
+                }
+            }
+        }
+        for node in s.nodes() {
+            if require_all && !node_has_keys(node, constraints) {
+                continue;
+            }
+            for (i, c) in constraints.iter().enumerate() {
+                if !Inclusion::new(&rules, node).includes(c) {
+                    continue;
+                }
+                let v = node
+                    .labels()
+                    .get(&c.topology_key)
+                    .cloned()
+                    .unwrap_or_default();
+                if let Some(total) = want[i].get_mut(&v) {
+                    *total += count_matching(&node.pods, &c.selector, incoming.namespace());
+                }
+            }
+        }
+        for (i, w) in want.iter().enumerate() {
+            assert_eq!(&by_name(&got.counts[i]), w, "round {round}: constraint {i}");
+        }
+        for node in &candidates {
+            let mut score = 0.0;
+            if !require_all || node_has_keys(node, constraints) {
+                for (i, c) in constraints.iter().enumerate() {
+                    let Some(v) = node.labels().get(&c.topology_key) else {
+                        continue;
+                    };
+                    let count = if c.topology_key == LABEL_HOSTNAME {
+                        count_matching(&node.pods, &c.selector, incoming.namespace())
+                    } else {
+                        want[i].get(v).copied().unwrap_or(0)
+                    };
+                    score += score_for_count(count, c.max_skew, got.weights[i]);
+                }
+            }
+            let want_score = score.round() as i64;
+            nonzero += usize::from(want_score > 0);
+            let name = node.name();
+            assert_eq!(
+                p.score(&state, &incoming, node),
+                Ok(want_score),
+                "round {round} {name}"
+            );
+        }
+    }
+    assert!(nonzero > 100, "{nonzero}");
+}
