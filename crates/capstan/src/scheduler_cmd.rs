@@ -60,7 +60,7 @@ pub async fn start(kubeconfig: &Path, cfg: &Config, leader_elect: bool) -> anyho
     let leader = leader_elect.then(|| LeaderElection {
         namespace: le.resource_namespace.clone(),
         name: le.resource_name.clone(),
-        identity: format!("{}_{}", hostname(), uuid()),
+        identity: format!("{}_{}", capstan_scheduler::run::hostname(), uuid()),
         lease_duration: le.lease_duration.as_std(),
         renew_deadline: le.renew_deadline.as_std(),
         retry_period: le.retry_period.as_std(),
@@ -85,12 +85,6 @@ async fn client(path: &Path) -> anyhow::Result<kube::Client> {
         .await
         .map_err(|e| anyhow!("cannot use the kubeconfig {}: {e}", path.display()))?;
     kube::Client::try_from(config).context("building the API client")
-}
-
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "localhost".into())
 }
 
 fn uuid() -> String {

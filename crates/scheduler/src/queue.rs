@@ -148,14 +148,7 @@ impl SchedulingQueue {
                         p.place = Place::Gated;
                         p.version += 1;
                     } else if spec_changed || p.place == Place::Gated {
-                        Self::requeue(
-                            p,
-                            &mut self.active,
-                            &mut self.backoff,
-                            now,
-                            self.initial_backoff,
-                            self.max_backoff,
-                        );
+                        Self::requeue(p, &mut self.active, &mut self.backoff, now);
                     }
                 }
             }
@@ -266,12 +259,9 @@ impl SchedulingQueue {
         active: &mut BinaryHeap<ActiveKey>,
         backoff: &mut BinaryHeap<Reverse<(Instant, u64, Arc<str>)>>,
         now: Instant,
-        initial: Duration,
-        max: Duration,
     ) {
         let key: Arc<str> = Arc::from(p.info.key.as_str());
         let until = p.initial_attempt.map(|_| p.backoff_until).unwrap_or(now);
-        let _ = (initial, max);
         if until > now {
             p.place = Place::Backoff;
             p.version += 1;
@@ -323,25 +313,23 @@ impl SchedulingQueue {
         now: Instant,
     ) {
         self.moves += 1;
-        let (initial, max) = (self.initial_backoff, self.max_backoff);
         for p in self.pods.values_mut() {
             if p.place != Place::Unschedulable {
                 continue;
             }
             if hints.worth_retrying(&p.info, &p.unschedulable_plugins, event, changed) {
-                Self::requeue(p, &mut self.active, &mut self.backoff, now, initial, max);
+                Self::requeue(p, &mut self.active, &mut self.backoff, now);
             }
         }
     }
 
     /// Retry pods that stayed unschedulable longer than `MAX_IN_UNSCHEDULABLE`.
     pub fn flush_unschedulable(&mut self, now: Instant) {
-        let (initial, max) = (self.initial_backoff, self.max_backoff);
         for p in self.pods.values_mut() {
             if p.place == Place::Unschedulable
                 && now.duration_since(p.unschedulable_since) >= MAX_IN_UNSCHEDULABLE
             {
-                Self::requeue(p, &mut self.active, &mut self.backoff, now, initial, max);
+                Self::requeue(p, &mut self.active, &mut self.backoff, now);
             }
         }
     }

@@ -433,7 +433,8 @@ async fn feed<K, S>(
     }
 }
 
-fn hostname() -> String {
+/// This machine's name (for the event reporter and the leader identity).
+pub fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "localhost".into())

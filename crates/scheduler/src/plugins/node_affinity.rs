@@ -440,6 +440,11 @@ impl RequiredNodeAffinity {
         }
     }
 
+    /// No `nodeSelector` and no required node affinity: every node matches.
+    pub fn is_empty(&self) -> bool {
+        self.node_selector.is_empty() && self.terms.is_none()
+    }
+
     pub fn matches(&self, node: &NodeInfo) -> bool {
         self.match_parts(node.labels(), node.name())
             .unwrap_or(false)
