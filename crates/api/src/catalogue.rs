@@ -34,6 +34,8 @@ pub struct ResourceInfo {
     pub subresources: &'static [&'static str],
     /// The store key prefix under `/registry/` (Kubernetes' own layout, e.g. nodes are `minions`).
     pub storage: &'static str,
+    /// Served for a CustomResourceDefinition (not in [`RESOURCES`]).
+    pub custom: bool,
 }
 
 impl ResourceInfo {
@@ -90,6 +92,7 @@ macro_rules! r {
             categories: &[$($c),*],
             subresources: &[$($sub),*],
             storage: $storage,
+            custom: false,
         }
     };
 }
@@ -597,6 +600,20 @@ pub static RESOURCES: &[ResourceInfo] = &[
         cat = [],
         sub = [],
         storage = "validatingwebhookconfigurations"
+    ),
+    // apiextensions.k8s.io/v1
+    r!(
+        "apiextensions.k8s.io",
+        "v1",
+        "CustomResourceDefinition",
+        "customresourcedefinitions",
+        "customresourcedefinition",
+        ns = false,
+        verbs = ALL,
+        short = ["crd", "crds"],
+        cat = ["api-extensions"],
+        sub = ["status"],
+        storage = "apiextensions.k8s.io/customresourcedefinitions"
     ),
     // authentication.k8s.io/v1
     r!(

@@ -2,8 +2,10 @@
 //! resources, label and field selectors, patch engines, per-kind defaulting and validation, and
 //! server-side table columns. The API server (crates/apiserver) drives these.
 
+pub mod apply;
 pub mod catalogue;
 pub mod convert;
+pub mod crd;
 pub mod defaults;
 pub mod field;
 pub mod fields;

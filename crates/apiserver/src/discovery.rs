@@ -102,9 +102,40 @@ fn group_json(name: &str, versions: &[&str]) -> Value {
     })
 }
 
+/// The groups in discovery order with their versions (preferred first): the built-in ones,
+/// then those of custom resources (`custom`, already in their discovery order).
+fn groups(custom: &[&'static ResourceInfo]) -> Vec<(&'static str, Vec<&'static str>)> {
+    let mut out = catalogue::groups();
+    for r in custom {
+        match out.iter_mut().find(|(g, _)| *g == r.group) {
+            Some((_, versions)) => {
+                if !versions.contains(&r.version) {
+                    versions.push(r.version);
+                }
+            }
+            None => out.push((r.group, vec![r.version])),
+        }
+    }
+    out
+}
+
+/// The resources of one group/version, built-in or custom.
+fn resources_of<'a>(
+    custom: &'a [&'static ResourceInfo],
+    group: &'a str,
+    version: &'a str,
+) -> impl Iterator<Item = &'static ResourceInfo> + 'a {
+    catalogue::resources_of(group, version).chain(
+        custom
+            .iter()
+            .copied()
+            .filter(move |r| r.group == group && r.version == version),
+    )
+}
+
 /// /apis
-pub fn api_group_list() -> Value {
-    let groups: Vec<Value> = catalogue::groups()
+pub fn api_group_list(custom: &[&'static ResourceInfo]) -> Value {
+    let groups: Vec<Value> = groups(custom)
         .iter()
         .map(|(g, vs)| group_json(g, vs))
         .collect();
@@ -112,8 +143,8 @@ pub fn api_group_list() -> Value {
 }
 
 /// /apis/<group>
-pub fn api_group(group: &str) -> Option<Value> {
-    let groups = catalogue::groups();
+pub fn api_group(custom: &[&'static ResourceInfo], group: &str) -> Option<Value> {
+    let groups = groups(custom);
     let (name, versions) = groups.iter().find(|(g, _)| *g == group)?;
     let mut v = group_json(name, versions);
     v["kind"] = json!("APIGroup");
@@ -122,9 +153,13 @@ pub fn api_group(group: &str) -> Option<Value> {
 }
 
 /// /api/v1 or /apis/<group>/<version>
-pub fn api_resource_list(group: &str, version: &str) -> Option<Value> {
+pub fn api_resource_list(
+    custom: &[&'static ResourceInfo],
+    group: &str,
+    version: &str,
+) -> Option<Value> {
     let mut resources = Vec::new();
-    for r in catalogue::resources_of(group, version) {
+    for r in resources_of(custom, group, version) {
         let mut entry = json!({
             "name": r.plural,
             "singularName": r.singular,
@@ -209,11 +244,11 @@ fn aggregated_resource(r: &ResourceInfo) -> Value {
     e
 }
 
-fn aggregated_group(name: &str, versions: &[&str]) -> Value {
+fn aggregated_group(custom: &[&'static ResourceInfo], name: &str, versions: &[&str]) -> Value {
     let vs: Vec<Value> = versions
         .iter()
         .map(|v| {
-            let resources: Vec<Value> = catalogue::resources_of(name, v)
+            let resources: Vec<Value> = resources_of(custom, name, v)
                 .map(aggregated_resource)
                 .collect();
             json!({"version": v, "resources": resources, "freshness": "Current"})
@@ -228,13 +263,13 @@ fn aggregated_group(name: &str, versions: &[&str]) -> Value {
 }
 
 /// Aggregated discovery for /api (`core == true`) or /apis.
-pub fn aggregated(core: bool, version: &str) -> Value {
+pub fn aggregated(custom: &[&'static ResourceInfo], core: bool, version: &str) -> Value {
     let items: Vec<Value> = if core {
-        vec![aggregated_group("", &["v1"])]
+        vec![aggregated_group(custom, "", &["v1"])]
     } else {
-        catalogue::groups()
+        groups(custom)
             .iter()
-            .map(|(g, vs)| aggregated_group(g, vs))
+            .map(|(g, vs)| aggregated_group(custom, g, vs))
             .collect()
     };
     json!({
@@ -251,7 +286,7 @@ mod tests {
 
     #[test]
     fn core_resource_list_has_pods_and_subresources() {
-        let list = api_resource_list("", "v1").unwrap();
+        let list = api_resource_list(&[], "", "v1").unwrap();
         let names: Vec<&str> = list["resources"]
             .as_array()
             .unwrap()
@@ -261,7 +296,7 @@ mod tests {
         assert!(names.contains(&"pods"));
         assert!(names.contains(&"pods/status"));
         assert!(names.contains(&"deployments/scale") || !names.contains(&"deployments"));
-        assert!(api_resource_list("nope", "v1").is_none());
+        assert!(api_resource_list(&[], "nope", "v1").is_none());
     }
 
     #[test]
@@ -269,7 +304,7 @@ mod tests {
         let accept = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
         assert_eq!(wants_aggregated(accept), Some("v2"));
         assert_eq!(wants_aggregated("application/json"), None);
-        let agg = aggregated(false, "v2");
+        let agg = aggregated(&[], false, "v2");
         assert!(agg["items"]
             .as_array()
             .unwrap()

@@ -84,6 +84,11 @@ impl ApiError {
     }
 
     pub fn invalid(info: &ResourceInfo, name: &str, errors: Vec<FieldError>) -> Self {
+        Self::invalid_kind(info.group, info.kind, name, errors)
+    }
+
+    /// A 422 for an object of `group`/`kind` (Kubernetes' `NewInvalid`).
+    pub fn invalid_kind(group: &str, kind: &str, name: &str, errors: Vec<FieldError>) -> Self {
         let summary = if errors.len() == 1 {
             errors[0].message.clone()
         } else {
@@ -100,12 +105,19 @@ impl ApiError {
             .iter()
             .map(|e| json!({"reason": e.reason, "message": e.message.split_once(": ").map(|x| x.1).unwrap_or(&e.message), "field": e.field}))
             .collect();
-        let mut d = details(info, name);
+        // Kubernetes names the kind here (details and message), not the resource.
+        let mut d = json!({"name": name, "kind": kind});
+        let qualified = if group.is_empty() {
+            kind.to_string()
+        } else {
+            d["group"] = Value::String(group.to_string());
+            format!("{kind}.{group}")
+        };
         d["causes"] = Value::Array(causes);
         ApiError {
             code: 422,
             reason: "Invalid",
-            message: format!("{} \"{name}\" is invalid: {summary}", info.kind),
+            message: format!("{qualified} \"{name}\" is invalid: {summary}"),
             details: Some(d),
             retry_after: None,
         }

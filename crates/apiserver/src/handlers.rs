@@ -139,9 +139,74 @@ impl Call<'_> {
         };
         Ok(WriteOptions {
             dry_run,
-            field_manager: self.query.str("fieldManager").to_string(),
+            field_manager: self.field_manager(),
+            fields_tracked: false,
             user: Some(self.user.clone()),
         })
+    }
+
+    /// The request's field manager: `fieldManager`, else the product of its User-Agent
+    /// (what precedes the first `/`, printable characters only, at most 128 bytes).
+    fn field_manager(&self) -> String {
+        let given = self.query.str("fieldManager");
+        if !given.is_empty() {
+            return given.to_string();
+        }
+        let ua = self.header("user-agent");
+        let mut out = String::new();
+        for c in ua.split('/').next().unwrap_or("").chars() {
+            if c.is_control() {
+                continue;
+            }
+            if out.len() >= FIELD_MANAGER_MAX {
+                break;
+            }
+            out.push(c);
+        }
+        out
+    }
+
+    /// Kubernetes' checks of a write's fieldManager (and, for patches, of `force`).
+    fn check_field_manager(&self, patch: Option<crate::patch::PatchType>) -> ApiResult<()> {
+        let given = self.query.str("fieldManager");
+        let mut errs = Vec::new();
+        let apply = patch == Some(crate::patch::PatchType::Apply);
+        if patch.is_some() && !apply && self.query.get("force").is_some() {
+            errs.push(capstan_api::field::FieldError::forbidden(
+                "force",
+                "may not be specified for non-apply patch",
+            ));
+        }
+        if apply && given.is_empty() {
+            errs.push(capstan_api::field::FieldError::required(
+                "fieldManager",
+                "is required for apply patch",
+            ));
+        }
+        if given.len() > FIELD_MANAGER_MAX {
+            errs.push(capstan_api::field::FieldError::too_long(
+                "fieldManager",
+                FIELD_MANAGER_MAX,
+            ));
+        }
+        for (i, c) in given.char_indices() {
+            if c.is_control() {
+                errs.push(capstan_api::field::FieldError::invalid(
+                    "fieldManager",
+                    &Value::String(given.to_string()),
+                    &format!("invalid character U+{:04X} (at position {i})", c as u32),
+                ));
+            }
+        }
+        if errs.is_empty() {
+            return Ok(());
+        }
+        let kind = match (patch, self.info.verb.as_str()) {
+            (Some(_), _) => "PatchOptions",
+            (None, "create") => "CreateOptions",
+            _ => "UpdateOptions",
+        };
+        Err(ApiError::invalid_kind("meta.k8s.io", kind, "", errs))
     }
 
     /// The body as a JSON object.
@@ -156,6 +221,9 @@ impl Call<'_> {
         Ok(v)
     }
 }
+
+/// The longest field manager name Kubernetes accepts.
+const FIELD_MANAGER_MAX: usize = 128;
 
 /// Check and complete apiVersion/kind/namespace of a body against the URL.
 fn check_body(reg: &Registry, call: &Call, obj: &mut Value) -> ApiResult<Vec<String>> {
@@ -196,7 +264,7 @@ fn check_body(reg: &Registry, call: &Call, obj: &mut Value) -> ApiResult<Vec<Str
     } else if !body_ns.is_empty() {
         meta::remove_meta(obj, "namespace");
     }
-    crate::validation::check_field_validation(reg.info, call.query, obj)
+    crate::validation::check_field_validation(reg.info, reg.strategy.as_ref(), call.query, obj)
 }
 
 /// Add `Warning: 299 - "..."` headers, as Kubernetes does for fieldValidation=Warn.
@@ -235,7 +303,10 @@ fn table_of(
     include: tables::IncludeObject,
     meta: Value,
 ) -> Value {
-    let mut t = tables::table(reg.info, stored, include, meta);
+    let mut t = match reg.strategy.table(stored, include, &meta) {
+        Some(t) => t,
+        None => tables::table(reg.info, stored, include, meta),
+    };
     if reg.converts() && include == tables::IncludeObject::Object {
         if let Some(rows) = t.get_mut("rows").and_then(Value::as_array_mut) {
             for (row, obj) in rows.iter_mut().zip(stored) {
@@ -263,10 +334,7 @@ pub async fn get(reg: &Registry, call: &Call<'_>) -> ApiResult<Response<Body>> {
     let w = reg.get(&call.info.namespace, &call.info.name).await?;
     match call.info.subresource.as_str() {
         "" | "status" => Ok(written_response(call, reg, 200, &w)),
-        "scale" => Ok(value_response(
-            200,
-            &crate::scale::to_scale(reg.info, &w.value)?,
-        )),
+        "scale" => Ok(value_response(200, &crate::scale::to_scale(reg, &w.value)?)),
         other => Err(ApiError::not_found_path().with_message(format!(
             "the server could not find the requested resource ({other})"
         ))),
@@ -661,6 +729,7 @@ fn set_creator(reg: &Registry, call: &Call, obj: &mut Value) {
 }
 
 pub async fn create(reg: &Registry, call: &Call<'_>) -> ApiResult<Response<Body>> {
+    call.check_field_manager(None)?;
     let mut obj = call.object_body()?;
     let warnings = check_body(reg, call, &mut obj)?;
     set_creator(reg, call, &mut obj);
@@ -676,6 +745,7 @@ pub async fn update(reg: &Registry, call: &Call<'_>) -> ApiResult<Response<Body>
     if call.info.subresource == "scale" {
         return crate::scale::update_scale(reg, call).await;
     }
+    call.check_field_manager(None)?;
     let mut obj = call.object_body()?;
     let warnings = check_body(reg, call, &mut obj)?;
     let body_name = meta::name(&obj);
@@ -703,6 +773,99 @@ pub async fn update(reg: &Registry, call: &Call<'_>) -> ApiResult<Response<Body>
     ))
 }
 
+/// A server-side apply error as Kubernetes answers it.
+fn apply_error(e: capstan_api::apply::ApplyError) -> ApiError {
+    use capstan_api::apply::{ApplyError, Conflict};
+    match &e {
+        ApplyError::Conflicts(conflicts) => {
+            let causes: Vec<Value> = conflicts
+                .iter()
+                .map(|c| json!({"reason": Conflict::CAUSE_TYPE, "message": c.message, "field": c.field}))
+                .collect();
+            let mut err = ApiError::new(409, "Conflict", e.message());
+            err.details = Some(json!({"causes": causes}));
+            err
+        }
+        ApplyError::BadRequest(m) => ApiError::bad_request(m.clone()),
+        ApplyError::Internal(m) => ApiError::new(500, "", m.clone()),
+    }
+}
+
+/// PATCH with `application/apply-patch+yaml`: merge the applied configuration into the
+/// object by its schema, with field ownership; create the object when it does not exist.
+async fn apply_patch(
+    reg: &Registry,
+    call: &Call<'_>,
+    config: Value,
+    mut opts: WriteOptions,
+) -> ApiResult<Response<Body>> {
+    if !config.is_object() {
+        return Err(ApiError::bad_request(
+            "error decoding patch: the apply configuration must be an object",
+        ));
+    }
+    opts.fields_tracked = true;
+    let now = meta::format_time(std::time::SystemTime::now());
+    let api_version = reg.info.api_version();
+    let sub = call.info.subresource.clone();
+    let manager = opts.field_manager.clone();
+    let req = capstan_api::apply::Request {
+        manager: &manager,
+        api_version: &api_version,
+        kind: reg.info.kind,
+        subresource: &sub,
+        now: &now,
+        force: call.query.str("force") == "true",
+    };
+    let ignored = reg.ignored_fields(&sub);
+    let schema = reg.schema();
+    let name = call.info.name.clone();
+    let config_name = meta::name(&config).to_string();
+    if !config_name.is_empty() && config_name != name {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({config_name}) does not match the name on the URL ({name})"
+        )));
+    }
+    let mut warnings = Vec::new();
+    let result = reg
+        .update_with(&call.info.namespace, &name, &sub, &opts, |old| {
+            let mut merged = capstan_api::apply::apply(schema, Some(old), &config, &req, &ignored)
+                .map_err(apply_error)?;
+            warnings = crate::validation::check_field_validation(
+                reg.info,
+                reg.strategy.as_ref(),
+                call.query,
+                &mut merged,
+            )?;
+            Ok(merged)
+        })
+        .await;
+    match result {
+        Ok(w) => Ok(with_warnings(
+            written_response(call, reg, 200, &w),
+            &warnings,
+        )),
+        Err(e) if e.code == 404 && sub.is_empty() => {
+            if let Some(e) = reg.strategy.refuse_create() {
+                return Err(e);
+            }
+            let mut obj = capstan_api::apply::apply(schema, None, &config, &req, &ignored)
+                .map_err(apply_error)?;
+            if meta::name(&obj).is_empty() {
+                meta::set_meta_str(&mut obj, "name", &name);
+            }
+            let warnings = check_body(reg, call, &mut obj)?;
+            set_creator(reg, call, &mut obj);
+            let w = reg.create(&call.info.namespace, obj, &opts).await?;
+            Ok(with_warnings(
+                written_response(call, reg, 201, &w),
+                &warnings,
+            ))
+        }
+        Err(e) => Err(e),
+    }
+}
+
 pub async fn patch(reg: &Registry, call: &Call<'_>) -> ApiResult<Response<Body>> {
     let content_type = call
         .header("content-type")
@@ -720,9 +883,13 @@ pub async fn patch(reg: &Registry, call: &Call<'_>) -> ApiResult<Response<Body>>
             BodyType::Json
         },
     )?;
+    call.check_field_manager(Some(patch_type))?;
     let opts = call.write_options()?;
     if call.info.subresource == "scale" {
         return crate::scale::patch_scale(reg, call, patch_type, &patch_body, &opts).await;
+    }
+    if patch_type == crate::patch::PatchType::Apply {
+        return apply_patch(reg, call, patch_body, opts).await;
     }
     let info = reg.info;
     let query = call.query.clone();
@@ -742,7 +909,12 @@ pub async fn patch(reg: &Registry, call: &Call<'_>) -> ApiResult<Response<Body>>
                         meta::name(&patched)
                     )));
                 }
-                warnings = crate::validation::check_field_validation(info, &query, &mut patched)?;
+                warnings = crate::validation::check_field_validation(
+                    info,
+                    reg.strategy.as_ref(),
+                    &query,
+                    &mut patched,
+                )?;
                 Ok(patched)
             },
         )
@@ -752,18 +924,6 @@ pub async fn patch(reg: &Registry, call: &Call<'_>) -> ApiResult<Response<Body>>
             written_response(call, reg, 200, &w),
             &warnings,
         )),
-        // Server-side apply creates what does not exist.
-        Err(e)
-            if e.code == 404
-                && patch_type == crate::patch::PatchType::Apply
-                && call.info.subresource.is_empty() =>
-        {
-            let mut obj = patch_body.clone();
-            let _ = check_body(reg, call, &mut obj)?;
-            set_creator(reg, call, &mut obj);
-            let w = reg.create(&call.info.namespace, obj, &opts).await?;
-            Ok(written_response(call, reg, 201, &w))
-        }
         Err(e) => Err(e),
     }
 }

@@ -10,6 +10,7 @@ pub mod audit;
 pub mod auth;
 pub mod authn;
 pub mod codec;
+pub mod customresource;
 pub mod discovery;
 pub mod error;
 pub mod filter;
@@ -31,7 +32,9 @@ pub mod validation;
 pub mod watch_cache;
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::RwLock;
 
 use bytes::Bytes;
 use capstan_api::catalogue::{self, ResourceInfo};
@@ -79,9 +82,15 @@ impl Default for Config {
 
 /// The API server: registries of every resource, their caches, and the auth chain.
 pub struct ApiServer {
-    registries: HashMap<(String, String, String), Arc<Registry>>,
+    /// Every served resource's registry by (group, version, plural): the built-in ones and
+    /// those of CustomResourceDefinitions, which come and go.
+    registries: RwLock<HashMap<(String, String, String), Arc<Registry>>>,
     /// Each resource's registry in its storage version, by (group, plural).
-    by_resource: HashMap<(String, String), Arc<Registry>>,
+    by_resource: RwLock<HashMap<(String, String), Arc<Registry>>>,
+    /// The admission every registry's client writes pass, once installed.
+    admission: OnceLock<(admission::Chain, std::sync::Weak<dyn objects::Objects>)>,
+    /// The custom resources served, for discovery.
+    pub custom: customresource::Served,
     pub auth: AuthChain,
     pub store: Arc<dyn Store>,
     pub metrics: Arc<metrics::Metrics>,
@@ -122,6 +131,7 @@ impl ApiServer {
                 })
                 .clone();
             let strategy: Arc<dyn registry::Strategy> = match info.kind {
+                "CustomResourceDefinition" => Arc::new(customresource::CrdStrategy(info)),
                 "Service" => {
                     let s =
                         registry::service::ServiceStrategy::new(info, cidr, config.node_port_range);
@@ -155,8 +165,10 @@ impl ApiServer {
         };
         let server = Arc::new(ApiServer {
             audit,
-            registries,
-            by_resource,
+            registries: RwLock::new(registries),
+            by_resource: RwLock::new(by_resource),
+            admission: OnceLock::new(),
+            custom: customresource::Served::default(),
             auth,
             store,
             metrics,
@@ -165,6 +177,7 @@ impl ApiServer {
         server.ensure_system_namespaces().await;
         server.ensure_system_priority_classes().await;
         server.ensure_kubernetes_service(cidr).await;
+        customresource::start(&server);
         Ok(server)
     }
 
@@ -239,12 +252,59 @@ impl ApiServer {
     /// Put `chain` in front of every registry's writes from clients.
     pub fn install_admission(self: &Arc<Self>, chain: admission::Chain) {
         let objects: Arc<dyn objects::Objects> = self.clone();
-        for reg in self.registries.values() {
+        let _ = self
+            .admission
+            .set((chain.clone(), Arc::downgrade(&objects)));
+        for reg in self.registries.read().values() {
             reg.set_admission(registry::Admission {
                 chain: chain.clone(),
                 objects: Arc::downgrade(&objects),
             });
         }
+    }
+
+    /// Serve `regs` (the served versions of one custom resource) from now on, with the
+    /// admission every other registry has; `storage` is its storage version's registry.
+    pub fn add_registries(&self, regs: &[Arc<Registry>], storage: Arc<Registry>) {
+        if let Some((chain, objects)) = self.admission.get() {
+            for reg in regs.iter().chain([&storage]) {
+                reg.set_admission(registry::Admission {
+                    chain: chain.clone(),
+                    objects: objects.clone(),
+                });
+            }
+        }
+        let mut all = self.registries.write();
+        for reg in regs {
+            let i = reg.info;
+            all.insert(
+                (
+                    i.group.to_string(),
+                    i.version.to_string(),
+                    i.plural.to_string(),
+                ),
+                reg.clone(),
+            );
+        }
+        drop(all);
+        self.by_resource.write().insert(
+            (
+                storage.info.group.to_string(),
+                storage.info.plural.to_string(),
+            ),
+            storage,
+        );
+    }
+
+    /// Stop serving the registries of `(group, version, plural)`s.
+    pub fn remove_registries(&self, group: &str, plural: &str, versions: &[&str]) {
+        let mut all = self.registries.write();
+        for v in versions {
+            all.remove(&(group.to_string(), v.to_string(), plural.to_string()));
+        }
+        self.by_resource
+            .write()
+            .remove(&(group.to_string(), plural.to_string()));
     }
 
     /// `system-node-critical` and `system-cluster-critical`, as Kubernetes creates them.
@@ -266,7 +326,7 @@ impl ApiServer {
     fn watcher_counts(&self) -> Vec<(String, String, String, usize)> {
         let mut seen = std::collections::HashSet::new();
         let mut out = Vec::new();
-        for reg in self.registries.values() {
+        for reg in self.registries.read().values() {
             if seen.insert(Arc::as_ptr(&reg.cache)) {
                 let i = reg.cache.info;
                 out.push((
@@ -283,6 +343,7 @@ impl ApiServer {
 
     pub fn registry(&self, group: &str, version: &str, plural: &str) -> Option<Arc<Registry>> {
         self.registries
+            .read()
             .get(&(group.to_string(), version.to_string(), plural.to_string()))
             .cloned()
     }
@@ -448,6 +509,9 @@ impl ApiServer {
                         "the server does not allow this method on the requested resource",
                     ));
                 }
+                if let Some(e) = reg.strategy.refuse_create() {
+                    return Err(e);
+                }
                 self.namespace_accepts_creates(reg.info, &info.namespace)
                     .await?;
                 handlers::create(&reg, &call).await
@@ -557,23 +621,24 @@ impl ApiServer {
             .unwrap_or("");
         let path = info.path.trim_end_matches('/');
         let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+        let custom = self.custom.infos();
         match parts.as_slice() {
             ["version"] => Ok(value_response(200, &version_info())),
             ["api"] => Ok(match discovery::wants_aggregated(accept) {
-                Some(v) => aggregated_response(discovery::aggregated(true, v), v),
+                Some(v) => aggregated_response(discovery::aggregated(&custom, true, v), v),
                 None => value_response(200, &discovery::api_versions(&self.advertise_address)),
             }),
             ["apis"] => Ok(match discovery::wants_aggregated(accept) {
-                Some(v) => aggregated_response(discovery::aggregated(false, v), v),
-                None => value_response(200, &discovery::api_group_list()),
+                Some(v) => aggregated_response(discovery::aggregated(&custom, false, v), v),
+                None => value_response(200, &discovery::api_group_list(&custom)),
             }),
-            ["api", version] => discovery::api_resource_list("", version)
+            ["api", version] => discovery::api_resource_list(&custom, "", version)
                 .map(|v| value_response(200, &v))
                 .ok_or_else(ApiError::not_found_path),
-            ["apis", group] => discovery::api_group(group)
+            ["apis", group] => discovery::api_group(&custom, group)
                 .map(|v| value_response(200, &v))
                 .ok_or_else(ApiError::not_found_path),
-            ["apis", group, version] => discovery::api_resource_list(group, version)
+            ["apis", group, version] => discovery::api_resource_list(&custom, group, version)
                 .map(|v| value_response(200, &v))
                 .ok_or_else(ApiError::not_found_path),
             ["healthz" | "livez" | "readyz", rest @ ..] => Ok(health(parts[0], rest, query)),

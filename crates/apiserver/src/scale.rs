@@ -56,10 +56,33 @@ fn selector_string(obj: &Value) -> String {
     parts.join(",")
 }
 
+/// Where a custom resource keeps what its Scale shows (`.spec.replicas`-style paths).
+#[derive(Debug, Clone, Default)]
+pub struct ScalePaths {
+    pub spec_replicas: String,
+    pub status_replicas: String,
+    pub label_selector: Option<String>,
+}
+
+/// The JSON pointer of a simple `.a.b.c` path.
+fn pointer(path: &str) -> String {
+    path.trim_start_matches('.')
+        .split('.')
+        .fold(String::new(), |mut p, seg| {
+            p.push('/');
+            p.push_str(&seg.replace('~', "~0").replace('/', "~1"));
+            p
+        })
+}
+
 /// The Scale object for a workload.
-pub fn to_scale(info: &ResourceInfo, obj: &Value) -> ApiResult<Value> {
+pub fn to_scale(reg: &Registry, obj: &Value) -> ApiResult<Value> {
+    let info = reg.info;
     if !info.has_subresource("scale") {
         return Err(ApiError::not_found_path());
+    }
+    if let Some(paths) = reg.strategy.scale_paths() {
+        return Ok(custom_scale(obj, &paths));
     }
     let md = meta::metadata(obj).cloned().unwrap_or_default();
     let mut smd = json!({});
@@ -86,6 +109,61 @@ pub fn to_scale(info: &ResourceInfo, obj: &Value) -> ApiResult<Value> {
     }))
 }
 
+/// A custom object's Scale, read from its definition's paths (missing values read as zero
+/// and an empty selector, as Kubernetes reads them).
+fn custom_scale(obj: &Value, paths: &ScalePaths) -> Value {
+    let md = meta::metadata(obj).cloned().unwrap_or_default();
+    let mut smd = json!({});
+    for f in [
+        "name",
+        "namespace",
+        "uid",
+        "resourceVersion",
+        "creationTimestamp",
+    ] {
+        if let Some(v) = md.get(f) {
+            smd[f] = v.clone();
+        }
+    }
+    let int = |p: &str| {
+        obj.pointer(&pointer(p))
+            .and_then(Value::as_i64)
+            .unwrap_or(0)
+    };
+    let selector = paths
+        .label_selector
+        .as_deref()
+        .and_then(|p| obj.pointer(&pointer(p)))
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    json!({
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": smd,
+        "spec": {"replicas": int(&paths.spec_replicas)},
+        "status": {"replicas": int(&paths.status_replicas), "selector": selector},
+    })
+}
+
+/// Set the value at a `.a.b` path, making the objects on the way.
+fn set_path(obj: &mut Value, path: &str, value: Value) {
+    let segs: Vec<&str> = path.trim_start_matches('.').split('.').collect();
+    let mut at = obj;
+    for (i, seg) in segs.iter().enumerate() {
+        if !at.is_object() {
+            *at = json!({});
+        }
+        let Some(map) = at.as_object_mut() else {
+            return;
+        };
+        if i + 1 == segs.len() {
+            map.insert(seg.to_string(), value);
+            return;
+        }
+        at = map.entry(seg.to_string()).or_insert_with(|| json!({}));
+    }
+}
+
 fn replicas_of(scale: &Value, info: &ResourceInfo, name: &str) -> ApiResult<i64> {
     let r = scale.pointer("/spec/replicas").cloned().unwrap_or(json!(0));
     match r.as_i64() {
@@ -109,14 +187,17 @@ async fn write_replicas(
     opts: &WriteOptions,
     mut desired: impl FnMut(&Value) -> ApiResult<(i64, String)>,
 ) -> ApiResult<http::Response<Body>> {
-    let info = reg.info;
     let name = call.info.name.clone();
+    let paths = reg.strategy.scale_paths();
     let w = reg
         .update_with(&call.info.namespace, &call.info.name, "", opts, |old| {
-            let scale = to_scale(info, old)?;
+            let scale = to_scale(reg, old)?;
             let (replicas, rv) = desired(&scale)?;
             let mut next = old.clone();
-            next["spec"]["replicas"] = json!(replicas);
+            match &paths {
+                Some(p) => set_path(&mut next, &p.spec_replicas, json!(replicas)),
+                None => next["spec"]["replicas"] = json!(replicas),
+            }
             if !rv.is_empty() {
                 meta::set_meta_str(&mut next, "resourceVersion", &rv);
             }
@@ -124,7 +205,7 @@ async fn write_replicas(
             Ok(next)
         })
         .await?;
-    Ok(value_response(200, &to_scale(info, &w.value)?))
+    Ok(value_response(200, &to_scale(reg, &w.value)?))
 }
 
 /// PUT .../scale

@@ -15,6 +15,7 @@ impl ApiServer {
     /// The registry of `group`'s `resource` in its storage version.
     fn storage_registry(&self, group: &str, resource: &str) -> Option<Arc<Registry>> {
         self.by_resource
+            .read()
             .get(&(group.to_string(), resource.to_string()))
             .cloned()
     }

@@ -6,6 +6,7 @@ use capstan_api::schema::Schemas;
 use serde_json::Value;
 
 use crate::error::{ApiError, ApiResult};
+use crate::registry::Strategy;
 use crate::request::Query;
 
 /// Prune fields the kind does not have and check types. With `fieldValidation=Strict` unknown
@@ -13,6 +14,7 @@ use crate::request::Query;
 /// `Warn` (the default), returned as warnings.
 pub fn check_field_validation(
     info: &ResourceInfo,
+    strategy: &dyn Strategy,
     query: &Query,
     obj: &mut Value,
 ) -> ApiResult<Vec<String>> {
@@ -22,17 +24,27 @@ pub fn check_field_validation(
             "fieldValidation: Invalid value: {mode:?}: must be one of Strict, Warn, or Ignore"
         )));
     }
-    let Some(schema) = Schemas::builtin().for_kind(info.group, info.version, info.kind) else {
-        return Ok(Vec::new());
+    let unknown = if let Some((type_errors, unknown)) = strategy.check_fields(obj) {
+        if let Some(first) = type_errors.first() {
+            return Err(ApiError::bad_request(format!(
+                "{} in version \"{}\" cannot be handled as a {}: {first}",
+                info.kind, info.version, info.kind
+            )));
+        }
+        unknown
+    } else {
+        let Some(schema) = Schemas::builtin().for_kind(info.group, info.version, info.kind) else {
+            return Ok(Vec::new());
+        };
+        let type_errors = schema.check_types(obj);
+        if let Some(first) = type_errors.first() {
+            return Err(ApiError::bad_request(format!(
+                "{} in version \"{}\" cannot be handled as a {}: {}",
+                info.kind, info.version, info.kind, first.message
+            )));
+        }
+        schema.prune(obj)
     };
-    let type_errors = schema.check_types(obj);
-    if let Some(first) = type_errors.first() {
-        return Err(ApiError::bad_request(format!(
-            "{} in version \"{}\" cannot be handled as a {}: {}",
-            info.kind, info.version, info.kind, first.message
-        )));
-    }
-    let unknown = schema.prune(obj);
     if unknown.is_empty() {
         return Ok(Vec::new());
     }

@@ -78,7 +78,13 @@ pub struct CachedObject {
 
 impl CachedObject {
     pub fn new(info: &'static ResourceInfo, stored: &[u8], rev: i64) -> Result<Self, ApiError> {
-        let value = codec::decode_stored(stored, rev)?;
+        let mut value = codec::decode_stored(stored, rev)?;
+        if info.custom && capstan_api::meta::type_meta(&value).0 != info.api_version() {
+            // Stored in an earlier storage version of its definition.
+            crate::registry::set_api_version(&mut value, info);
+            let json = Bytes::from(serde_json::to_vec(&value).unwrap_or_default());
+            return Ok(Self::from_value(info, &value, json, rev));
+        }
         Ok(Self::from_value(
             info,
             &value,
@@ -208,6 +214,10 @@ impl CacheEvent {
 /// `json`, a stored object's wire form, in the version of `info`.
 pub fn convert_json(json: &[u8], info: &ResourceInfo) -> Bytes {
     match serde_json::from_slice::<Value>(json) {
+        Ok(mut v) if info.custom => {
+            crate::registry::set_api_version(&mut v, info);
+            Bytes::from(serde_json::to_vec(&v).unwrap_or_default())
+        }
         Ok(v) => {
             let v = capstan_api::convert::from_storage(info.group, info.version, info.kind, v);
             Bytes::from(serde_json::to_vec(&v).unwrap_or_default())
@@ -252,6 +262,8 @@ pub struct WatchCache {
     /// Objects this server just wrote, already parsed by the registry, by revision: the
     /// store's event for that revision takes the object from here instead of parsing it.
     prepared: parking_lot::Mutex<HashMap<i64, (String, Arc<CachedObject>)>>,
+    /// Set when the resource stops being served (its definition was deleted or changed).
+    stopped: tokio::sync::watch::Sender<bool>,
 }
 
 /// A registered watch: the events it missed (from the window) then its live channel.
@@ -286,15 +298,38 @@ impl WatchCache {
             next_id: AtomicU64::new(1),
             progress: RwLock::new(None),
             prepared: parking_lot::Mutex::new(HashMap::new()),
+            stopped: tokio::sync::watch::channel(false).0,
         })
+    }
+
+    /// Stop following the store and end every watch (their clients re-watch and find the
+    /// resource gone, or served anew).
+    pub fn stop(&self) {
+        self.stopped.send_replace(true);
+        let mut inner = self.inner.write();
+        inner.watchers.clear();
+        inner.by_node.clear();
+        inner.unindexed.clear();
+    }
+
+    pub fn is_stopped(&self) -> bool {
+        *self.stopped.borrow()
     }
 
     /// Keep the cache in step with the store until the store goes away.
     pub fn start(self: &Arc<Self>, store: Arc<dyn Store>) {
         let cache = self.clone();
         tokio::spawn(async move {
+            let mut stopped = cache.stopped.subscribe();
             loop {
-                match cache.run_once(&store).await {
+                if *stopped.borrow_and_update() {
+                    return;
+                }
+                let result = tokio::select! {
+                    r = cache.run_once(&store) => r,
+                    _ = stopped.changed() => return,
+                };
+                match result {
                     Ok(()) => return,
                     Err(e) => {
                         tracing::warn!(resource = cache.info.plural, error = %e, "watch cache restarts");
@@ -576,6 +611,14 @@ impl WatchCache {
 
     /// How clients of `info` read this cache: `None` for the storage version itself.
     pub fn view_of(&self, info: &'static ResourceInfo) -> Option<View> {
+        if info.custom {
+            // Other versions of a custom resource convert on every read (index past the
+            // cached views' slots).
+            return (!std::ptr::eq(info, self.info)).then_some(View {
+                index: usize::MAX,
+                info,
+            });
+        }
         views_of(self.info)
             .iter()
             .position(|v| std::ptr::eq(*v, info) || **v == *info)

@@ -601,3 +601,116 @@ async fn binding_assigns_once_and_eviction_honours_budgets() {
     assert_eq!(pdb["status"]["disruptionsAllowed"], 0);
     assert!(pdb["status"]["disruptedPods"]["a"].is_string());
 }
+
+#[tokio::test]
+async fn server_side_apply_validates_options_and_reports_conflicts() {
+    let a = api().await;
+    let cm_yaml = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: applied\ndata:\n  k: one\n";
+    let uri = "/api/v1/namespaces/default/configmaps/applied";
+    // No field manager: 422 on PatchOptions.
+    let r = a
+        .call(Method::PATCH, uri, "application/apply-patch+yaml", cm_yaml)
+        .await;
+    assert_eq!(r.code, 422, "{}", r.body);
+    assert_eq!(
+        r.body["message"],
+        "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch"
+    );
+    // force on a non-apply patch is forbidden.
+    let r = a
+        .call(
+            Method::PATCH,
+            &format!("{uri}?force=true"),
+            "application/merge-patch+json",
+            "{}",
+        )
+        .await;
+    assert_eq!(r.code, 422, "{}", r.body);
+    // Not YAML.
+    let r = a
+        .call(
+            Method::PATCH,
+            &format!("{uri}?fieldManager=a"),
+            "application/apply-patch+yaml",
+            "a: [",
+        )
+        .await;
+    assert_eq!(r.code, 400, "{}", r.body);
+    // Creates, owned by "a".
+    let r = a
+        .call(
+            Method::PATCH,
+            &format!("{uri}?fieldManager=a"),
+            "application/apply-patch+yaml",
+            cm_yaml,
+        )
+        .await;
+    assert_eq!(r.code, 201, "{}", r.body);
+    let mf = &r.body["metadata"]["managedFields"][0];
+    assert_eq!(mf["manager"], "a");
+    assert_eq!(mf["operation"], "Apply");
+    assert_eq!(mf["fieldsV1"], json!({"f:data": {"f:k": {}}}));
+    // "b" applies a different value: 409 with Kubernetes' message and causes.
+    let other = cm_yaml.replace("one", "two");
+    let r = a
+        .call(
+            Method::PATCH,
+            &format!("{uri}?fieldManager=b"),
+            "application/apply-patch+yaml",
+            &other,
+        )
+        .await;
+    assert_eq!(r.code, 409, "{}", r.body);
+    assert_eq!(r.body["reason"], "Conflict");
+    assert_eq!(
+        r.body["message"],
+        "Apply failed with 1 conflict: conflict with \"a\": .data.k"
+    );
+    assert_eq!(
+        r.body["details"]["causes"][0],
+        json!({"reason": "FieldManagerConflict", "message": "conflict with \"a\"", "field": ".data.k"})
+    );
+    // Nothing was changed by the failed apply.
+    let r = a.get(uri).await;
+    assert_eq!(r.body["data"]["k"], "one");
+    // Forced: "b" owns it now.
+    let r = a
+        .call(
+            Method::PATCH,
+            &format!("{uri}?fieldManager=b&force=true"),
+            "application/apply-patch+yaml",
+            &other,
+        )
+        .await;
+    assert_eq!(r.code, 200, "{}", r.body);
+    assert_eq!(r.body["data"]["k"], "two");
+    let managers: Vec<&str> = r.body["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["manager"].as_str().unwrap())
+        .collect();
+    assert_eq!(managers, vec!["b"], "{}", r.body);
+    // A PUT records an Update entry for its manager (from the User-Agent when not given).
+    let mut body = r.body.clone();
+    body["data"]["extra"] = json!("x");
+    let req = Request::builder()
+        .method(Method::PUT)
+        .uri(uri)
+        .header("content-type", "application/json")
+        .header("user-agent", "my-controller/v1.2 (linux)")
+        .body(Bytes::from(body.to_string()))
+        .unwrap();
+    let resp = a.server.handle(req, &a.conn).await;
+    assert_eq!(resp.status().as_u16(), 200);
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    let v: Value = serde_json::from_slice(&bytes).unwrap();
+    let update = v["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["manager"] == "my-controller")
+        .unwrap_or_else(|| panic!("{v}"));
+    assert_eq!(update["operation"], "Update");
+    assert_eq!(update["fieldsV1"], json!({"f:data": {"f:extra": {}}}));
+}

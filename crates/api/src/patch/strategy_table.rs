@@ -370,11 +370,12 @@ pub enum Ty {
     VolumeAttachmentSource,
     VolumeAttachmentStatus,
     VolumeError,
+    CustomResourceDefinition,
 }
 
 /// Indexed by `Ty as usize`.
 #[rustfmt::skip]
-pub static TYPES: [TypeDef; 354] = [
+pub static TYPES: [TypeDef; 355] = [
     TypeDef { name: "io.k8s.api.core.v1.Binding", fields: &[
         ("metadata", Obj(Ty::ObjectMeta, Plain)), ("target", Obj(Ty::ObjectReference, Plain)),
     ] },
@@ -1456,6 +1457,10 @@ pub static TYPES: [TypeDef; 354] = [
         ("detachError", Obj(Ty::VolumeError, Plain)),
     ] },
     TypeDef { name: "io.k8s.api.storage.v1.VolumeError", fields: &[] },
+    // Every list in a definition is atomic for strategic merge (no merge keys).
+    TypeDef { name: "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinition", fields: &[
+        ("metadata", Obj(Ty::ObjectMeta, Plain)),
+    ] },
 ];
 
 /// Schema names, sorted for binary search.
@@ -1807,6 +1812,7 @@ pub static BY_NAME: &[(&str, Ty)] = &[
     ("io.k8s.api.storage.v1.VolumeAttachmentStatus", Ty::VolumeAttachmentStatus),
     ("io.k8s.api.storage.v1.VolumeError", Ty::VolumeError),
     ("io.k8s.api.storage.v1.VolumeNodeResources", Ty::VolumeNodeResources),
+    ("io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinition", Ty::CustomResourceDefinition),
     ("io.k8s.apimachinery.pkg.apis.meta.v1.Condition", Ty::Condition),
     ("io.k8s.apimachinery.pkg.apis.meta.v1.FieldsV1", Ty::FieldsV1),
     ("io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelector", Ty::LabelSelector),
@@ -1867,4 +1873,5 @@ pub static KINDS: &[(&str, &str, &str, Ty)] = &[
     ("storage.k8s.io", "v1", "CSINode", Ty::CSINode),
     ("storage.k8s.io", "v1", "StorageClass", Ty::StorageClass),
     ("storage.k8s.io", "v1", "VolumeAttachment", Ty::VolumeAttachment),
+    ("apiextensions.k8s.io", "v1", "CustomResourceDefinition", Ty::CustomResourceDefinition),
 ];

@@ -8,7 +8,10 @@ use k8s_openapi::schemars::{self, JsonSchema, SchemaGenerator};
 use serde_json::{json, Map, Value};
 
 use super::build::Builder;
-use super::Schemas;
+use super::{SchemaId, Schemas, Type};
+
+#[path = "list_types.rs"]
+mod list_types;
 
 /// One kind Kubernetes v1.32 serves (GA), mapped to its k8s-openapi type.
 pub(crate) struct KindType {
@@ -230,6 +233,7 @@ pub(super) fn build_schemas() -> Schemas {
     b.definitions(defs.definitions.iter().map(|(k, v)| (k.as_str(), v)))
         .expect("the built-in definitions are consistent");
     let mut schemas = b.finish(None);
+    apply_list_facts(&mut schemas);
     for k in &defs.kinds {
         schemas
             .add_kind(k.group, k.version, k.kind, &k.definition)
@@ -241,4 +245,152 @@ pub(super) fn build_schemas() -> Schemas {
         }
     }
     schemas
+}
+
+/// The node of `definition`'s property `field`, when both exist.
+fn field_node(schemas: &Schemas, definition: &str, field: &str) -> Option<SchemaId> {
+    let def = *schemas.definitions.get(definition)?;
+    schemas.nodes[def as usize].properties.get(field)
+}
+
+/// Give the built-in nodes the list and map semantics of Kubernetes' own OpenAPI documents
+/// (`list_types`), so server-side apply reads them as it reads a CRD's schema.
+fn apply_list_facts(schemas: &mut Schemas) {
+    for &(definition, field, list_type, keys) in list_types::LIST_TYPES {
+        let Some(id) = field_node(schemas, definition, field) else {
+            continue;
+        };
+        let node = &mut schemas.nodes[id as usize];
+        if node.ty == Some(Type::Array) || node.items.is_some() {
+            node.list_type = Some(list_type.into());
+            node.list_map_keys = keys.iter().map(|k| Box::from(*k)).collect();
+        }
+    }
+    for &(definition, field, map_type) in list_types::MAP_TYPES {
+        if field.is_empty() {
+            if let Some(&id) = schemas.definitions.get(definition) {
+                schemas.nodes[id as usize].map_type = Some(map_type.into());
+            }
+        } else if let Some(id) = own_field_node(schemas, definition, field) {
+            schemas.nodes[id as usize].map_type = Some(map_type.into());
+        }
+    }
+    for &(definition, field, default) in list_types::KEY_DEFAULTS {
+        let Some(id) = field_node(schemas, definition, field) else {
+            continue;
+        };
+        let node = &mut schemas.nodes[id as usize];
+        if node.name.is_none() && node.default.is_none() {
+            node.default = Some(match default {
+                list_types::KeyDefault::Str(s) => Value::String(s.into()),
+                list_types::KeyDefault::Int(i) => Value::from(i),
+            });
+        }
+    }
+}
+
+/// The node of a property, copied first when it is a shared named definition, so that facts
+/// about this one field (PersistentVolumeSpec's granular `claimRef`, whose ObjectReference is
+/// atomic elsewhere) do not leak to every other use of the definition.
+fn own_field_node(schemas: &mut Schemas, definition: &str, field: &str) -> Option<SchemaId> {
+    let def = *schemas.definitions.get(definition)?;
+    let id = schemas.nodes[def as usize].properties.get(field)?;
+    if schemas.nodes[id as usize].name.is_none() {
+        return Some(id);
+    }
+    let copy = schemas.nodes[id as usize].clone();
+    let new_id = schemas.nodes.len() as SchemaId;
+    schemas.nodes.push(copy);
+    let props = &mut schemas.nodes[def as usize].properties;
+    for entry in props.entries.iter_mut() {
+        if &*entry.0 == field {
+            entry.1 = new_id;
+        }
+    }
+    Some(new_id)
+}
+
+#[cfg(test)]
+mod list_fact_tests {
+    use super::super::{SchemaRef, Schemas};
+
+    fn at(group: &str, version: &str, kind: &str, path: &str) -> SchemaRef<'static> {
+        let root = Schemas::builtin()
+            .for_kind(group, version, kind)
+            .unwrap_or_else(|| panic!("no schema for {kind}"));
+        root.lookup(path)
+            .unwrap_or_else(|| panic!("{kind} has no {path}"))
+    }
+
+    fn list(s: SchemaRef<'_>) -> (Option<&str>, Vec<&str>) {
+        let node = s.schema();
+        (
+            node.list_type.as_deref(),
+            node.list_map_keys.iter().map(|k| &**k).collect(),
+        )
+    }
+
+    #[test]
+    fn pod_containers_are_a_map_keyed_by_name() {
+        let containers = at("", "v1", "Pod", "spec.containers");
+        assert_eq!(list(containers), (Some("map"), vec!["name"]));
+        let init = at("", "v1", "Pod", "spec.initContainers");
+        assert_eq!(list(init), (Some("map"), vec!["name"]));
+        let env = at(
+            "apps",
+            "v1",
+            "Deployment",
+            "spec.template.spec.containers.env",
+        );
+        assert_eq!(list(env), (Some("map"), vec!["name"]));
+    }
+
+    #[test]
+    fn container_ports_are_keyed_by_port_and_protocol_with_tcp_default() {
+        let ports = at("", "v1", "Pod", "spec.containers.ports");
+        assert_eq!(
+            list(ports),
+            (Some("map"), vec!["containerPort", "protocol"])
+        );
+        let protocol = at("", "v1", "Pod", "spec.containers.ports.protocol");
+        assert_eq!(protocol.schema().default, Some(serde_json::json!("TCP")));
+        let service = at("", "v1", "Service", "spec.ports");
+        assert_eq!(list(service), (Some("map"), vec!["port", "protocol"]));
+    }
+
+    #[test]
+    fn metadata_lists_are_a_set_and_a_map_by_uid() {
+        let finalizers = at("", "v1", "ConfigMap", "metadata.finalizers");
+        assert_eq!(list(finalizers), (Some("set"), vec![]));
+        let owners = at("apps", "v1", "ReplicaSet", "metadata.ownerReferences");
+        assert_eq!(list(owners), (Some("map"), vec!["uid"]));
+        let owner = at("apps", "v1", "ReplicaSet", "metadata.ownerReferences");
+        let item = owner.items().map(|i| i.schema().map_type.as_deref());
+        assert_eq!(item, Some(Some("atomic")));
+    }
+
+    #[test]
+    fn atomic_lists_and_maps() {
+        let tolerations = at("", "v1", "Pod", "spec.tolerations");
+        assert_eq!(list(tolerations), (Some("atomic"), vec![]));
+        let selector = at("apps", "v1", "Deployment", "spec.selector");
+        assert_eq!(selector.schema().map_type.as_deref(), Some("atomic"));
+        let exprs = at("apps", "v1", "Deployment", "spec.selector.matchExpressions");
+        assert_eq!(list(exprs), (Some("atomic"), vec![]));
+        let node_selector = at("", "v1", "Pod", "spec.nodeSelector");
+        assert_eq!(node_selector.schema().map_type.as_deref(), Some("atomic"));
+        // Lists Kubernetes leaves unmarked stay atomic by default (no list type at all).
+        let args = at("", "v1", "Pod", "spec.containers.args");
+        assert_eq!(list(args), (Some("atomic"), vec![]));
+    }
+
+    #[test]
+    fn a_field_level_map_type_does_not_leak_into_its_definition() {
+        let claim_ref = at("", "v1", "PersistentVolume", "spec.claimRef");
+        assert_eq!(claim_ref.schema().map_type.as_deref(), Some("granular"));
+        assert_eq!(claim_ref.name(), Some("io.k8s.api.core.v1.ObjectReference"));
+        let involved = at("", "v1", "Event", "involvedObject");
+        assert_eq!(involved.schema().map_type.as_deref(), Some("atomic"));
+        assert_ne!(claim_ref.id(), involved.id());
+    }
 }

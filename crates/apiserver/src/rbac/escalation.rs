@@ -334,26 +334,9 @@ fn validate_role_ref(resource: &str, name: &str, obj: &Value) -> Result<(), ApiE
     })
 }
 
-/// A 422 in Kubernetes' `NewInvalid` form: the qualified kind in the message, the kind in the
-/// details.
+/// A 422 in Kubernetes' `NewInvalid` form.
 pub(crate) fn invalid(info: &ResourceInfo, name: &str, errs: Vec<FieldError>) -> ApiError {
-    let mut e = ApiError::invalid(info, name, errs);
-    let qualified = if info.group.is_empty() {
-        info.kind.to_string()
-    } else {
-        format!("{}.{}", info.kind, info.group)
-    };
-    if let Some(rest) = e
-        .message
-        .split_once(" is invalid: ")
-        .map(|x| x.1.to_string())
-    {
-        e.message = format!("{qualified} \"{name}\" is invalid: {rest}");
-    }
-    if let Some(d) = e.details.as_mut() {
-        d["kind"] = Value::String(info.kind.to_string());
-    }
-    e
+    ApiError::invalid(info, name, errs)
 }
 
 #[cfg(test)]

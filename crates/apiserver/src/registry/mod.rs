@@ -55,7 +55,11 @@ pub use strategy::{DefaultStrategy, Strategy};
 #[derive(Debug, Clone, Default)]
 pub struct WriteOptions {
     pub dry_run: bool,
+    /// The field manager of a client's write (its `fieldManager`, or its User-Agent's
+    /// product): the fields it sets are recorded as its own in `metadata.managedFields`.
     pub field_manager: String,
+    /// The object already carries the managedFields of this write (a server-side apply).
+    pub fields_tracked: bool,
     /// The client that asked; writes with a user pass admission, the server's own do not.
     pub user: Option<Arc<User>>,
 }
@@ -150,6 +154,21 @@ pub struct Admission {
     pub chain: Chain,
     pub objects: Weak<dyn Objects>,
 }
+
+/// Set `obj.apiVersion` to `info`'s (a custom resource read or stored in another version).
+pub fn set_api_version(obj: &mut Value, info: &ResourceInfo) {
+    if let Some(map) = obj.as_object_mut() {
+        let av = info.api_version();
+        if map.get("apiVersion").and_then(Value::as_str) != Some(av.as_str()) {
+            map.insert("apiVersion".into(), Value::String(av));
+        }
+    }
+}
+
+/// The group of CustomResourceDefinitions.
+pub const CRD_GROUP: &str = "apiextensions.k8s.io";
+/// The finalizer a deleted CustomResourceDefinition carries until its objects are gone.
+pub const CRD_CLEANUP_FINALIZER: &str = "customresourcecleanup.apiextensions.k8s.io";
 
 /// How many times an unconditional write retries after losing a race.
 const MAX_RETRIES: usize = 32;
@@ -253,7 +272,12 @@ impl Registry {
     }
 
     /// A stored object (parsed) in this registry's version.
-    pub fn from_storage(&self, obj: Value) -> Value {
+    pub fn from_storage(&self, mut obj: Value) -> Value {
+        if self.info.custom {
+            // Custom resources convert with the None strategy: only apiVersion changes.
+            set_api_version(&mut obj, self.info);
+            return obj;
+        }
         match self.view {
             None => obj,
             Some(v) => {
@@ -267,6 +291,11 @@ impl Registry {
     /// storage version's defaults come with the preparation of the write).
     fn to_storage(&self, mut obj: Value) -> Value {
         let i = self.info;
+        if i.custom {
+            self.strategy.extra_defaults(&mut obj);
+            set_api_version(&mut obj, self.storage);
+            return obj;
+        }
         if self.view.is_some() {
             capstan_api::defaults::apply(i.group, i.kind, &mut obj);
         }
@@ -276,6 +305,17 @@ impl Registry {
     /// `w` (in the storage version) as this registry's clients read it.
     fn present(&self, w: Written) -> Written {
         if self.view.is_none() {
+            if self.info.custom && meta::type_meta(&w.value).0 != self.info.api_version() {
+                // Stored before the definition's storage version changed.
+                let mut value = w.value;
+                set_api_version(&mut value, self.info);
+                return Written {
+                    json: Bytes::from(serde_json::to_vec(&value).unwrap_or_default()),
+                    value,
+                    rev: w.rev,
+                    stored: None,
+                };
+            }
             return w;
         }
         let value = self.from_storage(w.value.clone());
@@ -297,8 +337,14 @@ impl Registry {
     }
 
     /// Validation of an update in storage form, with this version's rules.
-    fn validate_changed(&self, new: &Value, old: &Value) -> Vec<FieldError> {
+    fn validate_changed(&self, new: &Value, old: &Value, subresource: &str) -> Vec<FieldError> {
+        if subresource == "status" && self.info.custom {
+            return self.strategy.validate_status_update(new, old);
+        }
         if self.view.is_none() || self.info.group == self.storage.group {
+            if subresource == "status" {
+                return self.strategy.validate_status_update(new, old);
+            }
             return self.strategy.validate_update(new, old);
         }
         self.strategy.validate_update(
@@ -387,6 +433,7 @@ impl Registry {
                 ));
             }
             self.prepare_create(&mut obj);
+            self.track_fields(None, &mut obj, opts, "");
             self.admit(
                 (opts.user.as_ref(), opts.dry_run),
                 Operation::Create,
@@ -453,6 +500,7 @@ impl Registry {
         let s = self.storage;
         capstan_api::defaults::prepare_for_create(s.group, s.kind, obj);
         capstan_api::defaults::apply(s.group, s.kind, obj);
+        self.strategy.extra_defaults(obj);
     }
 
     /// Replace an object (PUT). `new` carries the client's resourceVersion, if any.
@@ -505,7 +553,10 @@ impl Registry {
                 .await
                 .map_err(self.store_err(name))?;
             let kv = kv.ok_or_else(|| ApiError::not_found(self.info, name))?;
-            let old = codec::decode_stored(&kv.value, kv.mod_revision)?;
+            let mut old = codec::decode_stored(&kv.value, kv.mod_revision)?;
+            if self.info.custom {
+                set_api_version(&mut old, self.storage);
+            }
             let next = match self.view {
                 None => f(&old)?,
                 Some(_) => f(&self.from_storage(old.clone()))?,
@@ -516,6 +567,7 @@ impl Registry {
             }
             let mut next = self.to_storage(next);
             self.prepare_update(&mut next, &old, subresource);
+            self.track_fields(Some(&old), &mut next, opts, subresource);
             // A binding is the scheduler's assignment, not a pod update: it skips the checks
             // that forbid changing a pod's spec (and admission saw the Binding itself).
             if subresource != "binding" {
@@ -525,7 +577,7 @@ impl Registry {
                     subresource,
                     Some(&mut next),
                     Some(&old),
-                    |n| self.validate_changed(n, &old),
+                    |n| self.validate_changed(n, &old, subresource),
                 )
                 .await?;
             }
@@ -572,6 +624,53 @@ impl Registry {
         Err(ApiError::modified(self.info, name))
     }
 
+    /// The schema writes are merged and owned by: the definition's for custom resources,
+    /// else the built-in kind's in the storage version.
+    pub fn schema(&self) -> Option<capstan_api::schema::SchemaRef<'_>> {
+        if let Some(s) = self.strategy.schema() {
+            return Some(s);
+        }
+        let s = self.storage;
+        capstan_api::schema::Schemas::builtin().for_kind(s.group, s.version, s.kind)
+    }
+
+    /// The fields a write may not own: a main-resource write does not set the status
+    /// subresource's fields (Kubernetes' reset fields).
+    pub fn ignored_fields(&self, subresource: &str) -> capstan_api::apply::FieldSet {
+        use capstan_api::apply::{FieldSet, PathElement};
+        let field = |f: &str| vec![PathElement::field(f)];
+        match subresource {
+            "" if self.strategy.has_status() => {
+                FieldSet::from_paths([field("status")].iter().map(Vec::as_slice))
+            }
+            "status" => FieldSet::from_paths([field("spec")].iter().map(Vec::as_slice)),
+            _ => FieldSet::default(),
+        }
+    }
+
+    /// Record what a client's create or update changed as its field manager's (not for the
+    /// server's own writes, nor for applies, which recorded it already).
+    fn track_fields(&self, old: Option<&Value>, obj: &mut Value, opts: &WriteOptions, sub: &str) {
+        if opts.user.is_none() || opts.fields_tracked || sub == "binding" {
+            return;
+        }
+        let now = meta::format_time(SystemTime::now());
+        let api_version = self.info.api_version();
+        let req = capstan_api::apply::Request {
+            manager: &opts.field_manager,
+            api_version: &api_version,
+            kind: self.info.kind,
+            subresource: sub,
+            now: &now,
+            force: false,
+        };
+        if let Err(e) =
+            capstan_api::apply::update(self.schema(), old, obj, &req, &self.ignored_fields(sub))
+        {
+            tracing::debug!(error = %e, "managed fields not updated");
+        }
+    }
+
     /// Keep what clients may not change, apply the strategy, bump the generation.
     fn prepare_update(&self, next: &mut Value, old: &Value, subresource: &str) {
         if subresource == "binding" {
@@ -588,6 +687,7 @@ impl Registry {
             }
             strategy::prepare_for_status_update(self.storage.kind, next, old);
             capstan_api::defaults::apply(self.storage.group, self.storage.kind, next);
+            self.strategy.extra_defaults(next);
             return;
         }
         self.strategy.prepare_for_update(next, old);
@@ -597,6 +697,7 @@ impl Registry {
             capstan_api::defaults::prepare_for_update(s.group, s.kind, next, old);
         }
         capstan_api::defaults::apply(s.group, s.kind, next);
+        self.strategy.extra_defaults(next);
         let old_md = meta::metadata(old).cloned().unwrap_or_default();
         let md = meta::metadata_mut(next);
         for f in [
@@ -760,6 +861,12 @@ impl Registry {
         if let Some(f) = wanted {
             if !finalizers.iter().any(|x| x == f) {
                 finalizers.push(f.to_string());
+            }
+        }
+        if self.info.kind == "CustomResourceDefinition" && self.info.group == CRD_GROUP {
+            // Its objects are deleted first (the custom resource cleanup).
+            if !finalizers.iter().any(|x| x == CRD_CLEANUP_FINALIZER) {
+                finalizers.push(CRD_CLEANUP_FINALIZER.to_string());
             }
         }
         if finalizers.is_empty() && grace == 0 {

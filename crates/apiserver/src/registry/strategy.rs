@@ -88,6 +88,11 @@ pub trait Strategy: Send + Sync {
         capstan_api::validation::validate_update(i.group, i.kind, new, old)
     }
 
+    /// Check a write to the `status` subresource.
+    fn validate_status_update(&self, new: &Value, old: &Value) -> Vec<FieldError> {
+        self.validate_update(new, old)
+    }
+
     /// Take what the object needs from shared pools (cluster IPs, node ports); `old` on update.
     fn allocate(&self, _obj: &mut Value, _old: Option<&Value>) -> ApiResult<()> {
         Ok(())
@@ -99,6 +104,46 @@ pub trait Strategy: Send + Sync {
     /// A PUT of a missing object creates it.
     fn allow_create_on_update(&self) -> bool {
         matches!(self.info().kind, "Lease" | "Endpoints" | "Event")
+    }
+
+    /// Defaults beyond the built-in ones (a custom resource's schema defaults), applied
+    /// wherever the registry defaults an object.
+    fn extra_defaults(&self, _obj: &mut Value) {}
+
+    /// Field validation against a schema other than the built-in one: `Some((type errors,
+    /// unknown field paths))` after pruning the unknown fields; `None` to use the built-in
+    /// schema of the kind.
+    fn check_fields(&self, _obj: &mut Value) -> Option<(Vec<String>, Vec<String>)> {
+        None
+    }
+
+    /// A Table of `objects` (storage form) when this kind prints differently from the
+    /// built-in printers (custom resources' additionalPrinterColumns).
+    fn table(
+        &self,
+        _objects: &[&Value],
+        _include: capstan_api::table::IncludeObject,
+        _list_meta: &Value,
+    ) -> Option<Value> {
+        None
+    }
+
+    /// The schema managed fields are tracked and apply merges by (`None`: the built-in
+    /// kind's).
+    fn schema(&self) -> Option<capstan_api::schema::SchemaRef<'_>> {
+        None
+    }
+
+    /// Where a custom resource's Scale reads and writes (`None`: `spec.replicas`,
+    /// `status.replicas` and `spec.selector`, as the built-in workloads).
+    fn scale_paths(&self) -> Option<crate::scale::ScalePaths> {
+        None
+    }
+
+    /// Creates are refused with this error (a custom resource whose definition is being
+    /// deleted).
+    fn refuse_create(&self) -> Option<crate::error::ApiError> {
+        None
     }
 }
 
