@@ -1698,6 +1698,46 @@ webhooks:
         applied: &[("/webhooks/0/sideEffects", "NoneOnDryRun")],
         ..BASE
     },
+    // apiextensions.k8s.io/v1
+    Case {
+        resource: "customresourcedefinitions.apiextensions.k8s.io",
+        name: "gadgets.kinds.example.com",
+        namespaced: false,
+        kind_name: "customresourcedefinition.apiextensions.k8s.io",
+        manifest: r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: gadgets.kinds.example.com
+  labels: {stage: created}
+spec:
+  group: kinds.example.com
+  scope: Namespaced
+  names: {plural: gadgets, kind: Gadget, shortNames: [gd]}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            properties:
+              size: {type: integer}
+"#,
+        columns: &["NAME", "CREATED AT"],
+        created: &[
+            ("/spec/conversion/strategy", "None"),
+            ("/spec/names/singular", "gadget"),
+            ("/spec/names/listKind", "GadgetList"),
+            ("/status/storedVersions/0", "v1"),
+        ],
+        edit: ("shortNames: [gd]", "shortNames: [gd, gdg]"),
+        applied: &[("/spec/names/shortNames/1", "gdg")],
+        ..BASE
+    },
     // scheduling.k8s.io/v1
     Case {
         resource: "priorityclasses.scheduling.k8s.io",
