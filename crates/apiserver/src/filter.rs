@@ -54,8 +54,14 @@ impl Filter {
             let mut renamed = false;
             let mut terms = Vec::with_capacity(fs.requirements().len());
             for req in fs.requirements() {
-                let field = capstan_api::fields::check(info.group, info.kind, &req.field)
-                    .map_err(ApiError::bad_request)?;
+                let field = if info.custom {
+                    crate::customresource::check_field(info, &req.field)
+                        .map_err(ApiError::bad_request)?;
+                    req.field.as_str()
+                } else {
+                    capstan_api::fields::check(info.group, info.kind, &req.field)
+                        .map_err(ApiError::bad_request)?
+                };
                 renamed |= field != req.field;
                 terms.push(
                     FieldRequirement {

@@ -94,14 +94,31 @@ impl CachedObject {
     }
 
     pub fn from_value(info: &'static ResourceInfo, value: &Value, json: Bytes, rev: i64) -> Self {
-        let fields = capstan_api::fields::supported(info.group, info.kind)
+        let fields = match crate::customresource::selectable(info) {
+            Some(s) => s.values(value),
+            None => Self::builtin_fields(info, value),
+        };
+        Self::with_fields(info, value, json, rev, fields)
+    }
+
+    fn builtin_fields(info: &ResourceInfo, value: &Value) -> Vec<(&'static str, String)> {
+        capstan_api::fields::supported(info.group, info.kind)
             .iter()
             .map(|f| {
                 let v =
                     capstan_api::fields::get(info.group, info.kind, value, f).unwrap_or_default();
                 (*f, v)
             })
-            .collect();
+            .collect()
+    }
+
+    fn with_fields(
+        info: &'static ResourceInfo,
+        value: &Value,
+        json: Bytes,
+        rev: i64,
+        fields: Vec<(&'static str, String)>,
+    ) -> Self {
         CachedObject {
             namespace: capstan_api::meta::namespace(value).to_string(),
             name: capstan_api::meta::name(value).to_string(),

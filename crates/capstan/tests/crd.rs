@@ -35,6 +35,8 @@ spec:
         specReplicasPath: .spec.replicas
         statusReplicasPath: .status.replicas
         labelSelectorPath: .status.labelSelector
+    selectableFields:
+    - jsonPath: .spec.image
     additionalPrinterColumns:
     - name: Spec
       type: string
@@ -176,6 +178,27 @@ fn a_custom_resource_is_served_like_a_built_in_one() {
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("spec.cronSpec: Required value"), "{stderr}");
+
+    // Selectable fields in field selectors.
+    assert_eq!(
+        s.ok(&[
+            "get",
+            "ct",
+            "--field-selector",
+            "spec.image=img",
+            "-o",
+            "name"
+        ])
+        .trim(),
+        "crontab.stable.example.com/c1"
+    );
+    let out = s.kubectl(&["get", "ct", "--field-selector", "spec.mode=fast"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("field label not supported: spec.mode"),
+        "{stderr}"
+    );
 
     // Printer columns.
     let table = s.ok(&["get", "crontabs"]);

@@ -78,6 +78,71 @@ pub fn version_priority(v: &str) -> (u8, i64, i64, String) {
     }
 }
 
+/// The selectable fields of a custom resource's storage version: their names and how to
+/// read them from a stored object.
+pub struct Selectable {
+    pub fields: Vec<&'static str>,
+    version: capstan_api::crd::CompiledVersion,
+}
+
+impl Selectable {
+    /// `(field, value)` of each selectable field of `obj`.
+    pub fn values(&self, obj: &Value) -> Vec<(&'static str, String)> {
+        self.fields
+            .iter()
+            .map(|f| (*f, self.version.field_value(obj, f).unwrap_or_default()))
+            .collect()
+    }
+}
+
+/// Each served custom resource's selectable fields, by (group, plural): every version reads
+/// the objects of the one storage cache.
+type SelectableMap = HashMap<(String, String), Arc<Selectable>>;
+
+fn selectable_map() -> &'static RwLock<SelectableMap> {
+    static MAP: std::sync::OnceLock<RwLock<SelectableMap>> = std::sync::OnceLock::new();
+    MAP.get_or_init(Default::default)
+}
+
+/// The selectable fields of the custom resource `info` (`None` for built-in kinds and for
+/// definitions without any).
+pub fn selectable(info: &ResourceInfo) -> Option<Arc<Selectable>> {
+    if !info.custom {
+        return None;
+    }
+    selectable_map()
+        .read()
+        .get(&(info.group.to_string(), info.plural.to_string()))
+        .cloned()
+}
+
+/// Check a field selector label of a custom resource: `metadata.name`, `metadata.namespace`
+/// (namespaced resources) and the definition's selectable fields.
+pub fn check_field(info: &ResourceInfo, field: &str) -> Result<(), String> {
+    let known = field == "metadata.name"
+        || (field == "metadata.namespace" && info.namespaced)
+        || selectable(info).is_some_and(|s| s.fields.contains(&field));
+    if known {
+        Ok(())
+    } else {
+        Err(format!("field label not supported: {field}"))
+    }
+}
+
+/// Register (or, with `None`, forget) a resource's selectable fields.
+fn set_selectable(group: &str, plural: &str, s: Option<Selectable>) {
+    let key = (group.to_string(), plural.to_string());
+    let mut map = selectable_map().write();
+    match s {
+        Some(s) => {
+            map.insert(key, Arc::new(s));
+        }
+        None => {
+            map.remove(&key);
+        }
+    }
+}
+
 /// A `ResourceInfo` made for a custom resource, kept for the life of the process; the same
 /// description always yields the same reference, so re-creating a definition leaks nothing.
 #[allow(clippy::too_many_arguments)]
@@ -305,6 +370,7 @@ impl Controller {
         };
         server.remove_registries(&old.group, &old.plural, &old.versions);
         old.cache.stop();
+        set_selectable(&old.group, &old.plural, None);
         self.publish(server);
     }
 
@@ -511,6 +577,18 @@ fn build(server: &Arc<ApiServer>, crd: &Value) -> Result<Installed, String> {
         }
     }
     let storage_info = storage_info.ok_or("no storage version")?;
+    // Cached objects carry their selectable fields' values from the first list on.
+    let version = capstan_api::crd::CompiledVersion::compile(crd, storage_version)?;
+    let fields: Vec<&'static str> = version
+        .selectable_fields()
+        .iter()
+        .map(|f| &*Box::leak(f.clone().into_boxed_str()))
+        .collect();
+    set_selectable(
+        group,
+        &plural,
+        (!fields.is_empty()).then_some(Selectable { fields, version }),
+    );
     let cache = WatchCache::new(storage_info, Registry::prefix_of(storage_info));
     cache.start(server.store.clone());
     let terminating = Arc::new(AtomicBool::new(false));
