@@ -59,6 +59,9 @@ pub enum ApiWorkload {
     CreateConfigmaps,
     /// Concurrent creates of realistic Pods.
     CreatePods,
+    /// Concurrent creates of a custom resource as small as create-configmaps' ConfigMaps
+    /// (the benchmark installs, then deletes, its CustomResourceDefinition).
+    CreateCustom,
     /// get, update, patch, list and delete latency under moderate load.
     Verbs,
     /// Whole lists of a namespace of many Pods, from the cache and consistent.
@@ -208,7 +211,10 @@ impl ApiOptions {
         ensure!(!self.workloads.is_empty(), "--workloads needs at least one");
         ensure!(self.count != Some(0), "--count must be at least 1");
         ensure!(self.client_pool > 0, "--client-pool must be at least 1");
-        if self.runs(ApiWorkload::CreateConfigmaps) || self.runs(ApiWorkload::CreatePods) {
+        if self.runs(ApiWorkload::CreateConfigmaps)
+            || self.runs(ApiWorkload::CreatePods)
+            || self.runs(ApiWorkload::CreateCustom)
+        {
             ensure!(self.clients > 0, "--clients must be at least 1");
         }
         if self.runs(ApiWorkload::Verbs) {
@@ -323,13 +329,20 @@ async fn run_workloads(
     for (workload, kind) in [
         (ApiWorkload::CreateConfigmaps, objects::Kind::ConfigMap),
         (ApiWorkload::CreatePods, objects::Kind::Pod),
+        (ApiWorkload::CreateCustom, objects::Kind::Custom),
     ] {
         if options.runs(workload) {
+            if kind == objects::Kind::Custom {
+                cluster.install_bench_crd().await?;
+            }
             let ns = cluster
                 .create_namespace(&run_id, kind.workload_name())
                 .await?;
             record(creates::creates(cluster, &ns, kind, options).await?);
             cluster.finish_namespace(&ns, keep).await;
+            if kind == objects::Kind::Custom && !keep {
+                cluster.remove_bench_crd().await;
+            }
         }
     }
     if options.runs(ApiWorkload::Verbs) {

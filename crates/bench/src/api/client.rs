@@ -173,6 +173,46 @@ impl Cluster {
         Ok(name)
     }
 
+    /// Install create-custom's CustomResourceDefinition (an existing one is kept) and wait
+    /// until its resource is served.
+    pub async fn install_bench_crd(&self) -> Result<()> {
+        let client = self.client(0);
+        match post(
+            client,
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            Bytes::from_static(super::objects::BENCH_CRD.as_bytes()),
+        )
+        .await
+        {
+            Ok(_) | Err(CallError::Status { code: 409, .. }) => {}
+            Err(e) => return Err(anyhow!("cannot create the benchmark's CRD: {e}")),
+        }
+        let probe = format!(
+            "/apis/{}/v1/benchwidgets?limit=1",
+            super::objects::CUSTOM_GROUP
+        );
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            match call(client, Method::GET, &probe, None).await {
+                Ok(_) => return Ok(()),
+                Err(e) if std::time::Instant::now() > deadline => {
+                    return Err(anyhow!(
+                        "the benchmark's custom resource is not served: {e}"
+                    ))
+                }
+                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
+            }
+        }
+    }
+
+    /// Best effort: delete create-custom's CustomResourceDefinition (and so its objects).
+    pub async fn remove_bench_crd(&self) {
+        let path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/benchwidgets.bench.capstan.dev";
+        if let Err(e) = call(self.client(0), Method::DELETE, path, None).await {
+            eprintln!("warning: cannot delete the benchmark's CRD: {e}");
+        }
+    }
+
     /// At the end of a workload: delete its namespace unless asked to keep it.
     pub async fn finish_namespace(&self, name: &str, keep: bool) {
         if keep {

@@ -7,7 +7,7 @@ use anyhow::{anyhow, Context, Result};
 use tokio::task::JoinSet;
 
 use super::client::{post, Cluster, CpuMeter};
-use super::objects::{collection, Kind};
+use super::objects::Kind;
 use super::{ApiMeasurement, ApiOptions};
 use crate::latency::Latencies;
 use crate::store::workloads::Budget;
@@ -41,7 +41,7 @@ pub(crate) async fn creates(
     options: &ApiOptions,
 ) -> Result<ApiMeasurement> {
     let clients = options.clients;
-    let path: Arc<str> = collection(ns, kind.plural()).into();
+    let path: Arc<str> = kind.collection(ns).into();
     let object_bytes = kind
         .object(&format!("{}-{}-{}", short(kind), clients, 0), 0)
         .len();
@@ -92,5 +92,6 @@ fn short(kind: Kind) -> &'static str {
     match kind {
         Kind::ConfigMap => "cm",
         Kind::Pod => "pod",
+        Kind::Custom => "cr",
     }
 }

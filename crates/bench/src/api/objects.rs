@@ -8,6 +8,8 @@ use bytes::Bytes;
 pub(crate) enum Kind {
     ConfigMap,
     Pod,
+    /// A custom resource as small as the ConfigMap, served through [`BENCH_CRD`].
+    Custom,
 }
 
 impl Kind {
@@ -16,6 +18,15 @@ impl Kind {
         match self {
             Kind::ConfigMap => "configmaps",
             Kind::Pod => "pods",
+            Kind::Custom => "benchwidgets",
+        }
+    }
+
+    /// The collection URL of this kind in namespace `ns`.
+    pub fn collection(self, ns: &str) -> String {
+        match self {
+            Kind::Custom => format!("/apis/{CUSTOM_GROUP}/v1/namespaces/{ns}/benchwidgets"),
+            other => collection(ns, other.plural()),
         }
     }
 
@@ -24,6 +35,7 @@ impl Kind {
         match self {
             Kind::ConfigMap => "create-configmaps",
             Kind::Pod => "create-pods",
+            Kind::Custom => "create-custom",
         }
     }
 
@@ -32,8 +44,36 @@ impl Kind {
         match self {
             Kind::ConfigMap => configmap(name, n),
             Kind::Pod => pod(name, n),
+            Kind::Custom => custom(name, n),
         }
     }
+}
+
+/// The group of the benchmark's custom resource.
+pub(crate) const CUSTOM_GROUP: &str = "bench.capstan.dev";
+
+/// The CustomResourceDefinition of create-custom: a namespaced `BenchWidget` whose schema
+/// describes the same two string fields the ConfigMap carries.
+pub(crate) const BENCH_CRD: &str = r#"{"apiVersion":"apiextensions.k8s.io/v1","kind":"CustomResourceDefinition",
+"metadata":{"name":"benchwidgets.bench.capstan.dev"},
+"spec":{"group":"bench.capstan.dev","scope":"Namespaced",
+"names":{"plural":"benchwidgets","singular":"benchwidget","kind":"BenchWidget"},
+"versions":[{"name":"v1","served":true,"storage":true,
+"schema":{"openAPIV3Schema":{"type":"object","properties":{"data":{"type":"object",
+"properties":{"index":{"type":"string"},"settings":{"type":"string"}}}}}}}]}}"#;
+
+/// A custom object the size of [`configmap`]'s.
+pub(crate) fn custom(name: &str, n: u64) -> Bytes {
+    format!(
+        concat!(
+            r#"{{"apiVersion":"bench.capstan.dev/v1","kind":"BenchWidget","metadata":{{"name":"{name}","#,
+            r#""labels":{{"app":"capstan-bench"}}}},"#,
+            r#""data":{{"index":"{n}","settings":"log-level=info\nworkers=4\n"}}}}"#
+        ),
+        name = name,
+        n = n
+    )
+    .into()
 }
 
 /// The collection URL of `plural` in namespace `ns`.
