@@ -161,7 +161,8 @@ pub fn show(value: &Value) -> String {
     }
 }
 
-/// Go's `strconv.Quote`: double quotes, with `\\`, `\"` and control characters escaped.
+/// Go's `strconv.Quote`: double quotes, with `\\`, `\"`, control characters and the
+/// characters Go does not consider printable escaped; printable Unicode as is.
 pub fn go_quote(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
@@ -179,11 +180,23 @@ pub fn go_quote(s: &str) -> String {
             c if (c as u32) < 0x20 || c as u32 == 0x7f => {
                 out.push_str(&format!("\\x{:02x}", c as u32));
             }
+            c if is_go_unprintable(c) => {
+                if (c as u32) < 0x10000 {
+                    out.push_str(&format!("\\u{:04x}", c as u32));
+                } else {
+                    out.push_str(&format!("\\U{:08x}", c as u32));
+                }
+            }
             c => out.push(c),
         }
     }
     out.push('"');
     out
+}
+
+/// The non-control characters Go's `strconv.IsPrint` rejects that JSON text may carry.
+fn is_go_unprintable(c: char) -> bool {
+    matches!(c as u32, 0x80..=0x9f | 0xad | 0x2028 | 0x2029 | 0xfeff | 0x200b..=0x200f)
 }
 
 #[cfg(test)]

@@ -169,43 +169,7 @@ pub(crate) fn go_json_float(f: f64) -> String {
     }
 }
 
-/// Go's `%q` of a string: double-quoted with Go escapes; printable Unicode as is.
-pub(crate) fn go_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{7}' => out.push_str("\\a"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '\u{b}' => out.push_str("\\v"),
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
-                let _ = write!(out, "\\x{:02x}", c as u32);
-            }
-            c if is_go_unprintable(c) => {
-                if (c as u32) < 0x10000 {
-                    let _ = write!(out, "\\u{:04x}", c as u32);
-                } else {
-                    let _ = write!(out, "\\U{:08x}", c as u32);
-                }
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
-/// The non-printable characters beyond ASCII controls that `strconv.Quote` escapes (C1
-/// controls, the line and paragraph separators, byte-order mark and the like).
-fn is_go_unprintable(c: char) -> bool {
-    matches!(c as u32, 0x80..=0x9f | 0xad | 0x2028 | 0x2029 | 0xfeff | 0x200b..=0x200f)
-}
+pub(crate) use crate::field::go_quote;
 
 /// SMD's `value.ToString` (Go's `%v` of the value), as conflict paths show key values.
 pub(crate) fn to_go_string(v: &Value) -> String {

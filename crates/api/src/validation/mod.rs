@@ -8,7 +8,7 @@
 // Kubernetes' validators read as one `if` per rule inside a switch; keep that shape.
 #![allow(clippy::collapsible_match)]
 
-mod admissionregistration;
+pub(crate) mod admissionregistration;
 mod apps;
 mod batch;
 mod claims;

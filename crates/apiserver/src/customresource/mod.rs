@@ -347,7 +347,7 @@ impl Controller {
                     .infos
                     .iter()
                     .filter_map(|i| {
-                        let strategy = installed_strategy(server, crd, i, &installed.terminating)?;
+                        let strategy = installed_strategy(crd, i, &installed.terminating)?;
                         Some(Arc::new(Registry::new(
                             i,
                             strategy,
@@ -457,7 +457,6 @@ fn name_of(item: &WatchItem) -> String {
 
 /// The strategy of one served version, or `None` when it cannot be compiled.
 fn installed_strategy(
-    _server: &Arc<ApiServer>,
     crd: &Value,
     info: &'static ResourceInfo,
     terminating: &Arc<AtomicBool>,
@@ -592,7 +591,7 @@ fn build(server: &Arc<ApiServer>, crd: &Value) -> Result<Installed, String> {
     let cache = WatchCache::new(storage_info, Registry::prefix_of(storage_info));
     cache.start(server.store.clone());
     let terminating = Arc::new(AtomicBool::new(false));
-    let strategy = installed_strategy(server, crd, storage_info, &terminating)
+    let strategy = installed_strategy(crd, storage_info, &terminating)
         .ok_or("the storage version's schema does not compile")?;
     let storage = Arc::new(Registry::new(
         storage_info,

@@ -7,7 +7,7 @@
 //! expression Kubernetes would reject as not compiling is accepted here.
 
 mod policy;
-mod webhook;
+pub(crate) mod webhook;
 
 use std::collections::BTreeSet;
 

@@ -221,15 +221,23 @@ pub(crate) struct UrlParts<'a> {
     pub fragment: &'a str,
 }
 
-/// Split `url` as `net/url.Parse` does, or say why Go would not parse it.
-pub(crate) fn parse_url(url: &str) -> Result<UrlParts<'_>, String> {
+/// Split `url` as `net/url.Parse` does (`url.ParseRequestURI` when `request`: no fragment,
+/// and a relative reference must be an absolute path), or say why Go would not parse it.
+pub(crate) fn parse_url(url: &str, request: bool) -> Result<UrlParts<'_>, String> {
     if url.chars().any(|c| (c as u32) < 0x20 || c as u32 == 0x7f) {
         return Err(format!(
             "parse {}: net/url: invalid control character in URL",
             crate::field::go_quote(url)
         ));
     }
-    let (rest, fragment) = url.split_once('#').unwrap_or((url, ""));
+    if request && url.is_empty() {
+        return Err(format!("parse {}: empty url", crate::field::go_quote(url)));
+    }
+    let (rest, fragment) = if request {
+        (url, "")
+    } else {
+        url.split_once('#').unwrap_or((url, ""))
+    };
     let mut parts = UrlParts {
         fragment,
         ..Default::default()
@@ -254,6 +262,12 @@ pub(crate) fn parse_url(url: &str) -> Result<UrlParts<'_>, String> {
     };
     let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
     parts.query = query;
+    if request && parts.scheme.is_empty() && !rest.starts_with('/') {
+        return Err(format!(
+            "parse {}: invalid URI for request",
+            crate::field::go_quote(url)
+        ));
+    }
     if let Some(after) = rest.strip_prefix("//") {
         let (authority, path) = match after.find('/') {
             Some(i) => (&after[..i], &after[i..]),
@@ -274,9 +288,9 @@ pub(crate) fn parse_url(url: &str) -> Result<UrlParts<'_>, String> {
 }
 
 /// `webhook.ValidateWebhookURL` with https forced.
-fn webhook_url(errs: &mut Errs, url: &str, p: &str) {
+pub(crate) fn webhook_url(errs: &mut Errs, url: &str, p: &str) {
     const FORM: &str = "; desired format: https://host[/path]";
-    let u = match parse_url(url) {
+    let u = match parse_url(url, false) {
         Ok(u) => u,
         Err(e) => {
             errs.push(FieldError::required(
@@ -297,7 +311,7 @@ fn webhook_url(errs: &mut Errs, url: &str, p: &str) {
         errs.push(FieldError::invalid(
             p,
             &jstr(u.host),
-            &format!("host must be provided{FORM}"),
+            &format!("host must be specified{FORM}"),
         ));
     }
     if let Some(user) = u.user {
@@ -326,7 +340,7 @@ fn webhook_url(errs: &mut Errs, url: &str, p: &str) {
 /// `webhook.ValidateWebhookService`. Kubernetes passes the service's name where the check
 /// expects its namespace and the other way round, so a missing name is reported on
 /// `namespace` and a missing namespace on `name`; capstan reports them the same way.
-fn webhook_service(errs: &mut Errs, svc: &Value, p: &str) {
+pub(crate) fn webhook_service(errs: &mut Errs, svc: &Value, p: &str) {
     if s(svc, "namespace").is_empty() {
         errs.push(FieldError::required(
             child(p, "name"),
@@ -339,7 +353,8 @@ fn webhook_service(errs: &mut Errs, svc: &Value, p: &str) {
             "service namespace is required",
         ));
     }
-    let port = int(svc, "port").unwrap_or(0);
+    // Defaulted to 443.
+    let port = int(svc, "port").unwrap_or(443);
     let problems = names::port_num(port);
     if !problems.is_empty() {
         errs.push(FieldError::invalid(
@@ -397,7 +412,7 @@ mod tests {
 
     #[test]
     fn urls_split_as_go_does() {
-        let u = parse_url("https://user:pw@hook.example.com:8443/v?x=1#f").unwrap();
+        let u = parse_url("https://user:pw@hook.example.com:8443/v?x=1#f", false).unwrap();
         assert_eq!(
             u,
             UrlParts {
@@ -409,9 +424,9 @@ mod tests {
                 fragment: "f",
             }
         );
-        let u = parse_url("hook.example.com/x").unwrap();
+        let u = parse_url("hook.example.com/x", false).unwrap();
         assert_eq!((u.scheme, u.host, u.path), ("", "", "hook.example.com/x"));
-        assert!(parse_url("://x")
+        assert!(parse_url("://x", false)
             .unwrap_err()
             .ends_with("missing protocol scheme"));
     }
