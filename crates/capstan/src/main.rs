@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
+mod controller_manager_cmd;
 mod scheduler_cmd;
 mod server_cmd;
 mod store_cmd;
@@ -44,6 +45,8 @@ enum Command {
     Server(server_cmd::ServerArgs),
     /// Run the scheduler alone against an API server (kube-scheduler's job).
     Scheduler(scheduler_cmd::SchedulerArgs),
+    /// Run the controllers alone against an API server (kube-controller-manager's job).
+    ControllerManager(controller_manager_cmd::ControllerManagerArgs),
     /// Read and write the embedded store directly (like etcdctl), for inspection and repair.
     Store(store_cmd::StoreArgs),
     /// Benchmarks against capstan or any other Kubernetes.
@@ -102,6 +105,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
         Command::Server(args) => server_cmd::run(args).await,
         Command::Store(args) => store_cmd::run(args).await,
         Command::Scheduler(args) => scheduler_cmd::run(args).await,
+        Command::ControllerManager(args) => controller_manager_cmd::run(args).await,
         Command::Bench(args) => capstan_bench::run(args).await,
         Command::Debug(cmd) => store_cmd::debug(cmd).await,
     }

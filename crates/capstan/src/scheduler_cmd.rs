@@ -79,12 +79,16 @@ pub async fn start(kubeconfig: &Path, cfg: &Config, leader_elect: bool) -> anyho
 }
 
 async fn client(path: &Path) -> anyhow::Result<kube::Client> {
+    kube::Client::try_from(config(path).await?).context("building the API client")
+}
+
+/// The connection a kubeconfig file describes.
+pub(crate) async fn config(path: &Path) -> anyhow::Result<kube::Config> {
     let kc = kube::config::Kubeconfig::read_from(path)
         .map_err(|e| anyhow!("cannot read the kubeconfig {}: {e}", path.display()))?;
-    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+    kube::Config::from_custom_kubeconfig(kc, &Default::default())
         .await
-        .map_err(|e| anyhow!("cannot use the kubeconfig {}: {e}", path.display()))?;
-    kube::Client::try_from(config).context("building the API client")
+        .map_err(|e| anyhow!("cannot use the kubeconfig {}: {e}", path.display()))
 }
 
 fn uuid() -> String {

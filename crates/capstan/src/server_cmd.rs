@@ -60,6 +60,13 @@ pub struct ServerArgs {
     /// Do not run the scheduler in this process.
     #[arg(long)]
     disable_scheduler: bool,
+
+    /// Do not run the controllers in this process.
+    #[arg(long)]
+    disable_controller_manager: bool,
+
+    #[command(flatten)]
+    controller_flags: crate::controller_manager_cmd::ControllerFlags,
 }
 
 pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
@@ -204,6 +211,17 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         "capstan: API server ready on {server_url}; try: kubectl --kubeconfig {} get namespaces",
         kubeconfig.display()
     );
+    if !args.disable_controller_manager {
+        let kubeconfig = args
+            .data_dir
+            .join("components/controller-manager.kubeconfig");
+        let opts = args.controller_flags.options(true);
+        tokio::spawn(async move {
+            if let Err(e) = crate::controller_manager_cmd::start(&kubeconfig, opts).await {
+                tracing::error!(error = %format!("{e:#}"), "controller manager stopped");
+            }
+        });
+    }
     if !args.disable_scheduler {
         let kubeconfig = args.data_dir.join("components/scheduler.kubeconfig");
         tokio::spawn(async move {

@@ -5,7 +5,7 @@ pub mod config;
 pub mod core;
 pub mod events;
 pub mod framework;
-pub mod leader;
+pub use capstan_runtime::leader;
 pub mod plugins;
 pub mod queue;
 pub mod run;

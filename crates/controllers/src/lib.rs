@@ -1,0 +1,262 @@
+//! The controller manager: Kubernetes' built-in controllers, each a level-triggered loop over
+//! shared informers (one list-watch per resource for all of them) and a rate-limited work
+//! queue, writing only through the API server.
+//!
+//! Each controller is a module with `pub fn start(ctx: &Ctx)`: it registers its informer
+//! handlers (which only enqueue keys) and spawns workers that wait for the informers' first
+//! list before they sync anything.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use capstan_runtime::leader::LeaderElection;
+use capstan_runtime::{Informers, Recorder};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Client;
+
+mod credentials;
+pub mod expectations;
+pub mod util;
+
+pub mod cronjob;
+pub mod daemonset;
+pub mod deployment;
+pub mod disruption;
+pub mod endpoints;
+pub mod endpointslice;
+pub mod garbagecollector;
+pub mod job;
+pub mod namespace;
+pub mod nodeipam;
+pub mod nodelifecycle;
+pub mod podgc;
+pub mod replicaset;
+pub mod resourcequota;
+pub mod statefulset;
+pub mod ttlafterfinished;
+
+/// The controllers: the name `--controllers` takes, the service account whose credentials it
+/// uses (Kubernetes' names and roles), and how it starts.
+pub const CONTROLLERS: &[(&str, &str, fn(&Ctx))] = &[
+    (
+        "replicaset",
+        "replicaset-controller",
+        replicaset::start_replicaset,
+    ),
+    (
+        "replicationcontroller",
+        "replication-controller",
+        replicaset::start_replicationcontroller,
+    ),
+    ("deployment", "deployment-controller", deployment::start),
+    ("statefulset", "statefulset-controller", statefulset::start),
+    ("daemonset", "daemon-set-controller", daemonset::start),
+    ("job", "job-controller", job::start),
+    ("cronjob", "cronjob-controller", cronjob::start),
+    ("endpoint", "endpoint-controller", endpoints::start),
+    (
+        "endpointslice",
+        "endpointslice-controller",
+        endpointslice::start,
+    ),
+    ("namespace", "namespace-controller", namespace::start),
+    (
+        "garbagecollector",
+        "generic-garbage-collector",
+        garbagecollector::start,
+    ),
+    ("nodelifecycle", "node-controller", nodelifecycle::start),
+    ("nodeipam", "node-controller", nodeipam::start),
+    (
+        "resourcequota",
+        "resourcequota-controller",
+        resourcequota::start,
+    ),
+    ("podgc", "pod-garbage-collector", podgc::start),
+    (
+        "ttl-after-finished",
+        "ttl-after-finished-controller",
+        ttlafterfinished::start,
+    ),
+    ("disruption", "disruption-controller", disruption::start),
+];
+
+/// How the controllers run (the kube-controller-manager flags they mirror).
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// `--controllers`: `*` (every controller), names, and `-name` to leave one out.
+    pub controllers: Vec<String>,
+    /// `--cluster-cidr`: pod addresses nodeipam hands out per node (None: nodeipam idle).
+    pub cluster_cidr: Option<String>,
+    /// `--node-cidr-mask-size`.
+    pub node_cidr_mask_size: u8,
+    /// `--node-monitor-period`: how often node health is checked.
+    pub node_monitor_period: Duration,
+    /// `--node-monitor-grace-period`: silence after which a node is NotReady/Unknown.
+    pub node_monitor_grace_period: Duration,
+    /// `--terminated-pod-gc-threshold`.
+    pub terminated_pod_gc_threshold: usize,
+    /// Workers per controller (`--concurrent-*-syncs`).
+    pub workers: usize,
+    /// Hold the `kube-system/kube-controller-manager` lease before running.
+    pub leader_elect: bool,
+    /// Run each controller with its own service account's token (and so its own RBAC role),
+    /// as `--use-service-account-credentials`; otherwise with the manager's credentials.
+    pub use_service_account_credentials: bool,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            controllers: vec!["*".into()],
+            cluster_cidr: None,
+            node_cidr_mask_size: 24,
+            node_monitor_period: Duration::from_secs(5),
+            node_monitor_grace_period: Duration::from_secs(40),
+            terminated_pod_gc_threshold: 12_500,
+            workers: 5,
+            leader_elect: true,
+            use_service_account_credentials: true,
+        }
+    }
+}
+
+impl Options {
+    /// Whether the controller `name` runs (Kubernetes' `--controllers` semantics).
+    pub fn enabled(&self, name: &str) -> bool {
+        let mut star = false;
+        for c in &self.controllers {
+            if c == &format!("-{name}") {
+                return false;
+            }
+            if c == name {
+                return true;
+            }
+            star |= c == "*";
+        }
+        star
+    }
+
+    /// An unknown controller name in `--controllers`, if any.
+    pub fn unknown_controller(&self) -> Option<&str> {
+        self.controllers
+            .iter()
+            .map(|c| c.trim_start_matches('-'))
+            .find(|c| *c != "*" && !CONTROLLERS.iter().any(|(n, _, _)| n == c))
+    }
+}
+
+/// What every controller is given.
+#[derive(Clone)]
+pub struct Ctx {
+    /// The controller's own client (its service account's credentials) for its writes.
+    pub client: Client,
+    /// The shared informers (read with the manager's credentials).
+    pub informers: Arc<Informers>,
+    pub opts: Arc<Options>,
+}
+
+impl Ctx {
+    /// An event recorder reporting as `component` (e.g. `replicaset-controller`).
+    pub fn recorder(&self, component: &str) -> Recorder {
+        Recorder::new(self.client.clone(), component)
+    }
+}
+
+/// Pods are the most numerous objects the controllers cache: keep only what a controller
+/// reads (the template-derived bulk of a container, such as env and volume mounts, is dropped).
+fn trim_pod(pod: &mut Pod) {
+    if let Some(spec) = pod.spec.as_mut() {
+        for c in spec
+            .containers
+            .iter_mut()
+            .chain(spec.init_containers.iter_mut().flatten())
+        {
+            c.env = None;
+            c.env_from = None;
+            c.command = None;
+            c.args = None;
+            c.volume_mounts = None;
+            c.liveness_probe = None;
+            c.startup_probe = None;
+            c.lifecycle = None;
+        }
+    }
+}
+
+/// Run the enabled controllers until leadership is lost (an error) or forever. `config` is the
+/// manager's own connection (its informers use it; with `use_service_account_credentials` each
+/// controller writes with a token of its service account in kube-system).
+pub async fn run(config: kube::Config, opts: Options) -> anyhow::Result<()> {
+    let client = Client::try_from(config.clone())?;
+    if let Some(name) = opts.unknown_controller() {
+        anyhow::bail!("--controllers: unknown controller {name:?}");
+    }
+    let mut lost = None;
+    if opts.leader_elect {
+        let le = LeaderElection {
+            namespace: "kube-system".into(),
+            name: "kube-controller-manager".into(),
+            identity: format!(
+                "{}_{}",
+                capstan_runtime::events::hostname(),
+                rand::random::<u64>()
+            ),
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        };
+        lost = Some(le.acquire(client.clone()).await);
+    }
+    let informers = Informers::new(client.clone());
+    informers.set_transform::<Pod>(trim_pod);
+    let opts = Arc::new(opts);
+    for (name, account, start) in CONTROLLERS {
+        if !opts.enabled(name) {
+            continue;
+        }
+        let client = if opts.use_service_account_credentials {
+            credentials::client_for(&client, &config, account).await?
+        } else {
+            client.clone()
+        };
+        tracing::debug!(controller = name, "starting");
+        start(&Ctx {
+            client,
+            informers: informers.clone(),
+            opts: opts.clone(),
+        });
+    }
+    let ctx = Ctx {
+        client,
+        informers,
+        opts,
+    };
+    ctx.informers.start();
+    match lost {
+        Some(mut rx) => {
+            let _ = rx.wait_for(|held| !held).await;
+            anyhow::bail!("leader election lost")
+        }
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn controllers_flag_follows_kubernetes() {
+        let o = |c: &[&str]| Options {
+            controllers: c.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        };
+        assert!(o(&["*"]).enabled("job"));
+        assert!(!o(&["*", "-job"]).enabled("job"));
+        assert!(o(&["job"]).enabled("job"));
+        assert!(!o(&["job"]).enabled("cronjob"));
+        assert_eq!(o(&["*", "-nope"]).unknown_controller(), Some("nope"));
+        assert_eq!(o(&["*", "-job"]).unknown_controller(), None);
+    }
+}

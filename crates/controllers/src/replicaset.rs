@@ -1,0 +1,7 @@
+//! (being written)
+
+use crate::Ctx;
+
+pub fn start_replicaset(_ctx: &Ctx) {}
+
+pub fn start_replicationcontroller(_ctx: &Ctx) {}

@@ -1,0 +1,5 @@
+//! (being written)
+
+use crate::Ctx;
+
+pub fn start(_ctx: &Ctx) {}

@@ -1,0 +1,294 @@
+//! Shared informers: one list-watch per resource type for the whole process, a local cache of
+//! the objects (indexed by namespace), and change handlers that every interested controller
+//! registers (client-go's SharedInformerFactory). Handlers run after the cache has the change,
+//! on the informer's task, so they must be quick: they enqueue keys, nothing more.
+
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt};
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Client, Resource, ResourceExt};
+use parking_lot::{Mutex, RwLock};
+use serde::de::DeserializeOwned;
+use tokio::sync::watch;
+
+/// One change the informer saw, after its cache took it.
+pub enum Change<'a, K> {
+    Add(&'a Arc<K>),
+    Update { old: &'a Arc<K>, new: &'a Arc<K> },
+    Delete(&'a Arc<K>),
+}
+
+impl<'a, K> Change<'a, K> {
+    /// The object as it is now (for a delete: as it was last seen).
+    pub fn object(&self) -> &'a Arc<K> {
+        match self {
+            Change::Add(o) | Change::Delete(o) => o,
+            Change::Update { new, .. } => new,
+        }
+    }
+}
+
+type Handler<K> = Box<dyn Fn(&Change<'_, K>) + Send + Sync>;
+
+/// The cache and handlers of one resource type.
+pub struct Informer<K> {
+    /// namespace ("" for cluster-scoped) → name → object.
+    cache: RwLock<HashMap<String, HashMap<String, Arc<K>>>>,
+    handlers: RwLock<Vec<Handler<K>>>,
+    synced: watch::Sender<bool>,
+}
+
+impl<K: Resource + Send + Sync + 'static> Informer<K> {
+    fn new() -> Informer<K> {
+        Informer {
+            cache: RwLock::new(HashMap::new()),
+            handlers: RwLock::new(Vec::new()),
+            synced: watch::channel(false).0,
+        }
+    }
+
+    /// Call `f` for every change from now on. Handlers registered before the informers start
+    /// see every object of the first list as an `Add`.
+    pub fn on_change(&self, f: impl Fn(&Change<'_, K>) + Send + Sync + 'static) {
+        self.handlers.write().push(Box::new(f));
+    }
+
+    /// The cached object `namespace/name` (namespace "" for cluster-scoped objects).
+    pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<K>> {
+        self.cache.read().get(namespace)?.get(name).cloned()
+    }
+
+    /// The cached object under a queue key (`namespace/name` or `name`).
+    pub fn get_key(&self, key: &str) -> Option<Arc<K>> {
+        let (ns, name) = crate::split_key(key);
+        self.get(ns, name)
+    }
+
+    /// Every cached object in one namespace.
+    pub fn list_namespace(&self, namespace: &str) -> Vec<Arc<K>> {
+        self.cache
+            .read()
+            .get(namespace)
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Every cached object.
+    pub fn list(&self) -> Vec<Arc<K>> {
+        self.cache
+            .read()
+            .values()
+            .flat_map(|m| m.values().cloned())
+            .collect()
+    }
+
+    /// Visit every cached object in a namespace without cloning the list.
+    pub fn for_each_in(&self, namespace: &str, mut f: impl FnMut(&Arc<K>)) {
+        if let Some(m) = self.cache.read().get(namespace) {
+            m.values().for_each(&mut f);
+        }
+    }
+
+    /// How many objects are cached.
+    pub fn len(&self) -> usize {
+        self.cache.read().values().map(HashMap::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether the first list has been taken into the cache.
+    pub fn has_synced(&self) -> bool {
+        *self.synced.borrow()
+    }
+
+    /// Wait until the first list has been taken into the cache.
+    pub async fn wait_synced(&self) {
+        let mut rx = self.synced.subscribe();
+        let _ = rx.wait_for(|s| *s).await;
+    }
+
+    fn notify(&self, change: Change<'_, K>) {
+        for h in self.handlers.read().iter() {
+            h(&change);
+        }
+    }
+
+    fn put(&self, obj: K) {
+        let ns = obj.meta().namespace.clone().unwrap_or_default();
+        let name = obj.meta().name.clone().unwrap_or_default();
+        let new = Arc::new(obj);
+        let old = self
+            .cache
+            .write()
+            .entry(ns)
+            .or_default()
+            .insert(name, new.clone());
+        match old {
+            Some(old) => self.notify(Change::Update {
+                old: &old,
+                new: &new,
+            }),
+            None => self.notify(Change::Add(&new)),
+        }
+    }
+
+    fn remove(&self, namespace: &str, name: &str) {
+        let old = {
+            let mut cache = self.cache.write();
+            let old = cache.get_mut(namespace).and_then(|m| m.remove(name));
+            if cache.get(namespace).is_some_and(HashMap::is_empty) {
+                cache.remove(namespace);
+            }
+            old
+        };
+        if let Some(old) = old {
+            self.notify(Change::Delete(&old));
+        }
+    }
+
+    /// Feed the informer from a watcher stream until the stream ends. `transform` trims each
+    /// object before it is cached (managedFields are always dropped).
+    pub async fn run<S>(self: Arc<Self>, stream: S, transform: Option<fn(&mut K)>)
+    where
+        S: Stream<Item = Result<Event<K>, watcher::Error>> + Send,
+    {
+        let mut stream = std::pin::pin!(stream);
+        // Names seen during a (re)list: objects cached before it but not in it were deleted.
+        let mut listing: Option<HashMap<String, Vec<String>>> = None;
+        let trim = |mut o: K| {
+            o.meta_mut().managed_fields = None;
+            if let Some(t) = transform {
+                t(&mut o);
+            }
+            o
+        };
+        while let Some(ev) = stream.next().await {
+            match ev {
+                Ok(Event::Init) => listing = Some(HashMap::new()),
+                Ok(Event::InitApply(o)) => {
+                    if let Some(l) = listing.as_mut() {
+                        l.entry(o.meta().namespace.clone().unwrap_or_default())
+                            .or_default()
+                            .push(o.meta().name.clone().unwrap_or_default());
+                    }
+                    self.put(trim(o));
+                }
+                Ok(Event::InitDone) => {
+                    if let Some(seen) = listing.take() {
+                        let gone: Vec<(String, String)> = {
+                            let cache = self.cache.read();
+                            let mut gone = Vec::new();
+                            for (ns, m) in cache.iter() {
+                                let names: std::collections::HashSet<&str> = seen
+                                    .get(ns)
+                                    .map(|v| v.iter().map(String::as_str).collect())
+                                    .unwrap_or_default();
+                                for name in m.keys() {
+                                    if !names.contains(name.as_str()) {
+                                        gone.push((ns.clone(), name.clone()));
+                                    }
+                                }
+                            }
+                            gone
+                        };
+                        for (ns, name) in gone {
+                            self.remove(&ns, &name);
+                        }
+                    }
+                    self.synced.send_replace(true);
+                }
+                Ok(Event::Apply(o)) => self.put(trim(o)),
+                Ok(Event::Delete(o)) => {
+                    let ns = o.meta().namespace.clone().unwrap_or_default();
+                    self.remove(&ns, &o.name_any());
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "informer watch failed; retrying");
+                    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                }
+            }
+        }
+    }
+}
+
+/// A function that trims objects of one type before they are cached.
+pub type Transform<K> = fn(&mut K);
+
+/// The process's informers, one per resource type, started together.
+pub struct Informers {
+    client: Client,
+    map: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
+    pending: Mutex<Vec<Box<dyn FnOnce() + Send>>>,
+    transforms: Mutex<HashMap<TypeId, Box<dyn Any + Send>>>,
+    started: AtomicBool,
+}
+
+impl Informers {
+    pub fn new(client: Client) -> Arc<Informers> {
+        Arc::new(Informers {
+            client,
+            map: Mutex::new(HashMap::new()),
+            pending: Mutex::new(Vec::new()),
+            transforms: Mutex::new(HashMap::new()),
+            started: AtomicBool::new(false),
+        })
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Trim objects of type `K` with `f` before caching them (call before the first `get`).
+    pub fn set_transform<K: 'static>(&self, f: Transform<K>) {
+        self.transforms
+            .lock()
+            .insert(TypeId::of::<K>(), Box::new(f));
+    }
+
+    /// The shared informer of `K`, created on first use. It starts with [`Informers::start`]
+    /// (or at once, if that has already been called).
+    pub fn get<K>(&self) -> Arc<Informer<K>>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    {
+        let mut map = self.map.lock();
+        if let Some(i) = map.get(&TypeId::of::<K>()) {
+            return i.clone().downcast::<Informer<K>>().expect("informer type");
+        }
+        let informer = Arc::new(Informer::<K>::new());
+        map.insert(TypeId::of::<K>(), informer.clone());
+        drop(map);
+        let transform = self
+            .transforms
+            .lock()
+            .get(&TypeId::of::<K>())
+            .and_then(|t| t.downcast_ref::<Transform<K>>().copied());
+        let api: Api<K> = Api::all(self.client.clone());
+        let i = informer.clone();
+        let start = move || {
+            let stream = watcher::watcher(api, watcher::Config::default().any_semantic());
+            tokio::spawn(i.run(stream, transform));
+        };
+        if self.started.load(Ordering::SeqCst) {
+            start();
+        } else {
+            self.pending.lock().push(Box::new(start));
+        }
+        informer
+    }
+
+    /// Start every informer asked for so far; later ones start when first asked for.
+    pub fn start(&self) {
+        self.started.store(true, Ordering::SeqCst);
+        for f in self.pending.lock().drain(..) {
+            f();
+        }
+    }
+}
