@@ -35,9 +35,12 @@ pub mod resourcequota;
 pub mod statefulset;
 pub mod ttlafterfinished;
 
+/// How a controller starts: register informer handlers, spawn workers.
+pub type StartFn = fn(&Ctx);
+
 /// The controllers: the name `--controllers` takes, the service account whose credentials it
 /// uses (Kubernetes' names and roles), and how it starts.
-pub const CONTROLLERS: &[(&str, &str, fn(&Ctx))] = &[
+pub const CONTROLLERS: &[(&str, &str, StartFn)] = &[
     (
         "replicaset",
         "replicaset-controller",
