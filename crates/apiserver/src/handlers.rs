@@ -531,7 +531,25 @@ pub async fn watch(reg: Arc<Registry>, call: &Call<'_>) -> ApiResult<Response<Bo
         ),
         _ => Duration::from_secs(1800 + rand::random::<u64>() % 1800),
     };
-    let mut sub = reg.cache.subscribe(filter, from)?;
+    let mut sub = match reg.cache.subscribe(filter, from) {
+        Ok(sub) => sub,
+        // As Kubernetes' watch cache: once the request is authorized and its resourceVersion
+        // parsed, a window that no longer reaches back far enough is an ERROR event in the
+        // stream (clients relist on it), not a failed request.
+        Err(e) if e.code == 410 => {
+            let mut line = serde_json::to_vec(&json!({"type": "ERROR", "object": e.status()}))
+                .unwrap_or_default();
+            line.push(b'\n');
+            let body = http_body_util::Full::new(Bytes::from(line)).map_err(|never| match never {});
+            let mut r = Response::new(BodyExt::boxed(body));
+            r.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            return Ok(r);
+        }
+        Err(e) => return Err(e),
+    };
     let output = call.output;
     let info = reg.info;
     let revisions = reg.cache.revisions();

@@ -258,6 +258,10 @@ struct Watcher {
 struct Inner {
     objects: BTreeMap<String, Arc<CachedObject>>,
     window: VecDeque<Arc<CacheEvent>>,
+    /// Every event of this resource after this revision is in the window (the list the cache
+    /// started from, or the last event the window dropped). Events of other resources share
+    /// the revision sequence, so the window's first event says nothing about what precedes it.
+    floor: i64,
     /// Every event up to this revision has been applied.
     rev: i64,
     watchers: HashMap<u64, Watcher>,
@@ -306,6 +310,7 @@ impl WatchCache {
             inner: RwLock::new(Inner {
                 objects: BTreeMap::new(),
                 window: VecDeque::new(),
+                floor: 0,
                 rev: 0,
                 watchers: HashMap::new(),
                 by_node: HashMap::new(),
@@ -378,6 +383,7 @@ impl WatchCache {
             let mut inner = self.inner.write();
             inner.objects = objects;
             inner.window.clear();
+            inner.floor = list.revision;
             inner.rev = list.revision;
             // Watchers of the old state cannot be continued: they re-watch and relist.
             inner.watchers.clear();
@@ -459,7 +465,9 @@ impl WatchCache {
             let event = Arc::new(event);
             inner.window.push_back(event.clone());
             if inner.window.len() > WINDOW {
-                inner.window.pop_front();
+                if let Some(dropped) = inner.window.pop_front() {
+                    inner.floor = dropped.rev;
+                }
             }
             dispatch(&mut inner, &event);
         }
@@ -572,12 +580,11 @@ impl WatchCache {
                 }
             }
             Some(rev) => {
-                let oldest = inner.window.front().map(|e| e.rev).unwrap_or(inner.rev + 1);
                 // Events after `rev` must all be in the window.
-                if rev + 1 < oldest && rev < inner.rev {
+                if rev < inner.floor {
                     return Err(ApiError::gone(format!(
                         "too old resource version: {rev} ({})",
-                        oldest - 1
+                        inner.floor
                     )));
                 }
                 for ev in inner.window.iter().filter(|e| e.rev > rev) {
@@ -809,6 +816,17 @@ mod tests {
         );
         let all = c.subscribe(Filter::everything(), None).unwrap();
         assert_eq!(all.initial.len(), WINDOW + 10);
+    }
+
+    #[test]
+    fn gaps_left_by_other_resources_are_not_missing_events() {
+        // Revisions 1-9 went to other resources: a watch from 5 misses nothing.
+        let c = cache();
+        put(&c, "a", 10);
+        put(&c, "b", 20);
+        let sub = c.subscribe(Filter::everything(), Some(5)).unwrap();
+        let revs: Vec<i64> = sub.initial.iter().map(|i| i.event.rev).collect();
+        assert_eq!(revs, vec![10, 20]);
     }
 
     #[test]

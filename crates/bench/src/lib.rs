@@ -7,6 +7,7 @@ pub mod api;
 pub mod auth;
 mod duration;
 mod latency;
+pub mod nodes;
 pub mod report;
 pub mod scheduler;
 pub mod store;
@@ -34,6 +35,9 @@ pub enum BenchCommand {
     /// How fast pods get bound: through the API of a running cluster, or the scheduling cycle
     /// alone in process.
     Scheduler(scheduler::SchedulerArgs),
+    /// Hollow nodes: Nodes that register, heartbeat and "run" their pods without containers,
+    /// to exercise a control plane with many nodes.
+    Nodes(nodes::NodesArgs),
 }
 
 /// Run a benchmark subcommand, printing its measurements to stdout.
@@ -43,5 +47,6 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::Api(args) => api::run(args).await,
         BenchCommand::Auth(args) => auth::run(args).await,
         BenchCommand::Scheduler(args) => scheduler::run(args).await,
+        BenchCommand::Nodes(args) => nodes::run(args).await,
     }
 }

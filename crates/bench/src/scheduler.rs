@@ -185,7 +185,7 @@ pub fn cycle(workload: Workload, nodes: usize, pods: usize) -> Result<SchedulerM
     })
 }
 
-async fn client(path: &PathBuf) -> Result<Client> {
+pub(crate) async fn client(path: &PathBuf) -> Result<Client> {
     let kubeconfig = kube::config::Kubeconfig::read_from(path)
         .with_context(|| format!("cannot read the kubeconfig {}", path.display()))?;
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())

@@ -35,14 +35,25 @@ impl Server {
 
     /// Start with the control plane's scheduler running (other tests leave pods alone).
     pub fn start_scheduling(extra: &[&str]) -> Server {
-        Self::start_full(tempfile::tempdir().unwrap(), extra, true)
+        Self::start_full(tempfile::tempdir().unwrap(), extra, true, false)
     }
 
     pub fn start_in(dir: tempfile::TempDir, extra: &[&str]) -> Server {
-        Self::start_full(dir, extra, false)
+        Self::start_full(dir, extra, false, false)
     }
 
-    fn start_full(dir: tempfile::TempDir, extra: &[&str], scheduler: bool) -> Server {
+    /// Start a control plane: the API server with the scheduler and the controller manager
+    /// in process (`extra` flags appended, e.g. `--node-monitor-grace-period=8s`).
+    pub fn start_cluster(extra: &[&str]) -> Server {
+        Self::start_full(tempfile::tempdir().unwrap(), extra, true, true)
+    }
+
+    fn start_full(
+        dir: tempfile::TempDir,
+        extra: &[&str],
+        scheduler: bool,
+        controllers: bool,
+    ) -> Server {
         let port = free_port();
         let log = std::fs::File::create(dir.path().join("server.log")).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_capstan"))
@@ -57,6 +68,7 @@ impl Server {
             ])
             .args(extra)
             .args((!scheduler).then_some("--disable-scheduler"))
+            .args((!controllers).then_some("--disable-controller-manager"))
             .env("CAPSTAN_LOG", "info")
             .stdout(Stdio::null())
             .stderr(log)
@@ -133,6 +145,47 @@ impl Server {
         String::from_utf8(out.stderr).unwrap()
     }
 
+    /// Start hollow nodes (a `capstan bench nodes` process) with these names: they register,
+    /// renew their leases every 2 s and run the pods bound to them (see the bench's docs for
+    /// the `hollow.capstan.dev/*` annotations). Dropping the value kills the process.
+    pub fn hollow_nodes(&self, names: &[&str]) -> HollowNodes {
+        let log = std::fs::File::create(
+            self.dir
+                .path()
+                .join(format!("hollow-{}.log", names.join("-"))),
+        )
+        .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_capstan"))
+            .args(["bench", "nodes", "--kubeconfig"])
+            .arg(self.kubeconfig())
+            .arg("--names")
+            .arg(names.join(","))
+            .args(["--lease-interval", "2s", "--remove-not-ready-taint"])
+            .env("CAPSTAN_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("capstan bench nodes starts");
+        let nodes = HollowNodes { child };
+        for n in names {
+            wait_until(
+                &format!("node {n} registered and Ready"),
+                Duration::from_secs(60),
+                || {
+                    let out = self.kubectl(&[
+                        "get",
+                        "node",
+                        n,
+                        "-o",
+                        "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+                    ]);
+                    out.status.success() && String::from_utf8_lossy(&out.stdout) == "True"
+                },
+            );
+        }
+        nodes
+    }
+
     fn log_tail(&self) -> String {
         let log = self.log();
         let lines: Vec<&str> = log.lines().collect();
@@ -179,4 +232,30 @@ pub fn kubectl(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Output 
             .unwrap();
     }
     child.wait_with_output().unwrap()
+}
+
+/// Hollow nodes running in a child process; dropping this stops them (heartbeats stop).
+pub struct HollowNodes {
+    child: Child,
+}
+
+impl Drop for HollowNodes {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Poll `f` every 200 ms until it returns true; panic with `what` after `timeout`.
+pub fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if f() {
+            return;
+        }
+        if Instant::now() > deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }

@@ -1,0 +1,437 @@
+//! `capstan bench nodes`: hollow nodes (Kubernetes' kubemark idea). Each registers a Node,
+//! renews its Lease in `kube-node-lease` and posts node status like a kubelet, and "runs" the
+//! pods bound to it without containers: a bound pod becomes Running and Ready with an address
+//! from the node's podCIDR, and a pod being deleted is removed. Controllers, the scheduler and
+//! whole clusters can so be exercised with many nodes on one machine.
+//!
+//! Pod annotations steer a hollow pod: `hollow.capstan.dev/exit-code: "N"` ends it
+//! `hollow.capstan.dev/run-seconds` (default 0) seconds after it starts, Succeeded when N is 0,
+//! Failed otherwise; `hollow.capstan.dev/ready: "false"` keeps it running but never Ready.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Client};
+use serde_json::json;
+use std::sync::Mutex;
+
+pub const EXIT_CODE: &str = "hollow.capstan.dev/exit-code";
+pub const RUN_SECONDS: &str = "hollow.capstan.dev/run-seconds";
+pub const READY: &str = "hollow.capstan.dev/ready";
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct NodesArgs {
+    /// The kubeconfig of the cluster (an identity allowed to write nodes, leases and pods).
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: PathBuf,
+
+    /// Node names (comma-separated); otherwise --count nodes named PREFIX0, PREFIX1, ...
+    #[arg(long, value_delimiter = ',')]
+    pub names: Vec<String>,
+
+    /// How many nodes, when --names is not given.
+    #[arg(long, default_value_t = 1)]
+    pub count: usize,
+
+    /// The name prefix of counted nodes.
+    #[arg(long, default_value = "hollow-")]
+    pub prefix: String,
+
+    /// How often each node renews its Lease (the kubelet's default is 10s).
+    #[arg(long, default_value = "10s", value_parser = crate::duration::parse_duration)]
+    pub lease_interval: Duration,
+
+    /// How long a bound pod takes to start.
+    #[arg(long, default_value = "300ms", value_parser = crate::duration::parse_duration)]
+    pub start_delay: Duration,
+
+    /// Allocatable CPU, memory and pods of each node.
+    #[arg(long, default_value = "32")]
+    pub cpu: String,
+    #[arg(long, default_value = "256Gi")]
+    pub memory: String,
+    #[arg(long, default_value_t = 110)]
+    pub pods: u32,
+
+    /// Extra node labels, key=value (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    pub labels: Vec<String>,
+
+    /// Remove the not-ready taint admission puts on new nodes (for clusters without a node
+    /// lifecycle controller, which would otherwise lift it once the node is Ready).
+    #[arg(long)]
+    pub remove_not_ready_taint: bool,
+}
+
+impl NodesArgs {
+    fn node_names(&self) -> Vec<String> {
+        if self.names.is_empty() {
+            (0..self.count)
+                .map(|i| format!("{}{i}", self.prefix))
+                .collect()
+        } else {
+            self.names.clone()
+        }
+    }
+}
+
+/// Run the hollow nodes until the process is stopped.
+pub async fn run(args: NodesArgs) -> Result<()> {
+    let client = crate::scheduler::client(&args.kubeconfig).await?;
+    let names = args.node_names();
+    let nodes: Api<Node> = Api::all(client.clone());
+    for (i, name) in names.iter().enumerate() {
+        register(&nodes, name, i, &args)
+            .await
+            .with_context(|| format!("registering node {name}"))?;
+    }
+    eprintln!("capstan: {} hollow node(s) running", names.len());
+    for name in &names {
+        tokio::spawn(heartbeat(client.clone(), name.clone(), args.lease_interval));
+    }
+    let kubelet = Arc::new(Kubelet {
+        client: client.clone(),
+        nodes: names.iter().cloned().collect(),
+        index: names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.clone(), i))
+            .collect(),
+        started: Mutex::new(HashSet::new()),
+        next_ip: Mutex::new(HashMap::new()),
+        start_delay: args.start_delay,
+    });
+    kubelet.run().await
+}
+
+async fn register(nodes: &Api<Node>, name: &str, i: usize, args: &NodesArgs) -> Result<()> {
+    let mut labels = serde_json::Map::new();
+    labels.insert("kubernetes.io/hostname".into(), json!(name));
+    labels.insert("kubernetes.io/os".into(), json!("linux"));
+    labels.insert("kubernetes.io/arch".into(), json!("amd64"));
+    labels.insert("capstan.dev/hollow".into(), json!("true"));
+    for l in &args.labels {
+        if let Some((k, v)) = l.split_once('=') {
+            labels.insert(k.into(), json!(v));
+        }
+    }
+    let node: Node = serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": labels},
+    }))?;
+    match nodes.create(&PostParams::default(), &node).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => return Err(e.into()),
+    }
+    let resources = json!({"cpu": args.cpu, "memory": args.memory, "pods": args.pods.to_string(), "ephemeral-storage": "100Gi"});
+    let status = json!({"status": {
+        "capacity": resources,
+        "allocatable": resources,
+        "conditions": conditions(),
+        "addresses": [
+            {"type": "InternalIP", "address": format!("172.30.{}.{}", (i / 250) % 250, i % 250 + 2)},
+            {"type": "Hostname", "address": name},
+        ],
+        "nodeInfo": {
+            "machineID": format!("hollow{i:026}"),
+            "systemUUID": format!("hollow-{i}"),
+            "bootID": format!("hollow-boot-{i}"),
+            "kernelVersion": "6.1.0-hollow",
+            "osImage": "capstan hollow node",
+            "containerRuntimeVersion": "hollow://1.0.0",
+            "kubeletVersion": "v1.32.0",
+            "kubeProxyVersion": "",
+            "operatingSystem": "linux",
+            "architecture": "amd64",
+        },
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+    }});
+    nodes
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await?;
+    if args.remove_not_ready_taint {
+        let patch = json!({"spec": {"taints": null}});
+        nodes
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+    }
+    Ok(())
+}
+
+fn conditions() -> serde_json::Value {
+    let now = Timestamp::now().to_string();
+    let c = |t: &str, s: &str, reason: &str, msg: &str| {
+        json!({"type": t, "status": s, "reason": reason, "message": msg,
+               "lastHeartbeatTime": now, "lastTransitionTime": now})
+    };
+    json!([
+        c(
+            "MemoryPressure",
+            "False",
+            "KubeletHasSufficientMemory",
+            "kubelet has sufficient memory available"
+        ),
+        c(
+            "DiskPressure",
+            "False",
+            "KubeletHasNoDiskPressure",
+            "kubelet has no disk pressure"
+        ),
+        c(
+            "PIDPressure",
+            "False",
+            "KubeletHasSufficientPID",
+            "kubelet has sufficient PID available"
+        ),
+        c(
+            "Ready",
+            "True",
+            "KubeletReady",
+            "kubelet is posting ready status"
+        ),
+    ])
+}
+
+/// Renew the node's Lease every `interval`; post node status every minute (as a kubelet whose
+/// status did not change).
+async fn heartbeat(client: Client, name: String, interval: Duration) {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+    let nodes: Api<Node> = Api::all(client);
+    let mut last_status = tokio::time::Instant::now();
+    loop {
+        let now = Timestamp::now().to_string();
+        let lease = json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": name, "namespace": "kube-node-lease"},
+            "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": now},
+        });
+        let params = PatchParams::apply("hollow-kubelet").force();
+        if let Err(e) = leases.patch(&name, &params, &Patch::Apply(&lease)).await {
+            tracing::debug!(node = %name, error = %e, "lease renewal failed");
+        }
+        if last_status.elapsed() >= Duration::from_secs(60) {
+            last_status = tokio::time::Instant::now();
+            let patch = json!({"status": {"conditions": conditions()}});
+            let _ = nodes
+                .patch_status(&name, &PatchParams::default(), &Patch::Strategic(&patch))
+                .await;
+        }
+        tokio::time::sleep(interval).await;
+    }
+}
+
+struct Kubelet {
+    client: Client,
+    nodes: HashSet<String>,
+    index: HashMap<String, usize>,
+    /// Pods (by uid) this kubelet has started.
+    started: Mutex<HashSet<String>>,
+    next_ip: Mutex<HashMap<String, u32>>,
+    start_delay: Duration,
+}
+
+impl Kubelet {
+    async fn run(self: Arc<Self>) -> Result<()> {
+        let pods: Api<Pod> = Api::all(self.client.clone());
+        let cfg = watcher::Config::default().fields("spec.nodeName!=");
+        let mut stream = std::pin::pin!(watcher::watcher(pods, cfg));
+        while let Some(ev) = stream.next().await {
+            match ev {
+                Ok(Event::Apply(p)) | Ok(Event::InitApply(p)) => self.clone().observe(p),
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::debug!(error = %e, "pod watch failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn observe(self: Arc<Self>, pod: Pod) {
+        let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+        let Some(node) = node.filter(|n| self.nodes.contains(n)) else {
+            return;
+        };
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        if pod.metadata.deletion_timestamp.is_some() {
+            // The kubelet has stopped the containers: finish the deletion.
+            tokio::spawn(async move {
+                let api: Api<Pod> = Api::namespaced(self.client.clone(), &namespace(&pod));
+                let dp = DeleteParams {
+                    grace_period_seconds: Some(0),
+                    preconditions: Some(Preconditions {
+                        uid: Some(uid.clone()),
+                        resource_version: None,
+                    }),
+                    ..Default::default()
+                };
+                let _ = api.delete(&name(&pod), &dp).await;
+                self.started.lock().unwrap().remove(&uid);
+            });
+            return;
+        }
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        if matches!(phase, Some("Succeeded") | Some("Failed")) {
+            return;
+        }
+        if !self.started.lock().unwrap().insert(uid) {
+            return;
+        }
+        tokio::spawn(async move {
+            if let Err(e) = self.start(&pod, &node).await {
+                tracing::debug!(pod = %name(&pod), error = %e, "starting a hollow pod failed");
+                let uid = pod.metadata.uid.clone().unwrap_or_default();
+                self.started.lock().unwrap().remove(&uid);
+            }
+        });
+    }
+
+    async fn pod_ip(&self, node: &str) -> String {
+        let n = {
+            let mut m = self.next_ip.lock().unwrap();
+            let c = m.entry(node.to_string()).or_insert(0);
+            *c += 1;
+            *c
+        };
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let cidr = nodes
+            .get(node)
+            .await
+            .ok()
+            .and_then(|n| n.spec.and_then(|s| s.pod_cidr));
+        let host = n % 253 + 1;
+        if let Some(base) = cidr.as_deref().and_then(|c| c.split('/').next()) {
+            let o: Vec<&str> = base.split('.').collect();
+            if o.len() == 4 {
+                return format!("{}.{}.{}.{}", o[0], o[1], o[2], host + 1);
+            }
+        }
+        let i = self.index.get(node).copied().unwrap_or(0);
+        format!("100.{}.{}.{}", 64 + (i / 256) % 64, i % 256, host + 1)
+    }
+
+    async fn start(&self, pod: &Pod, node: &str) -> Result<()> {
+        tokio::time::sleep(self.start_delay).await;
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &namespace(pod));
+        let annotations = pod.metadata.annotations.clone().unwrap_or_default();
+        let ready = annotations.get(READY).map(String::as_str) != Some("false");
+        let ip = self.pod_ip(node).await;
+        let host_ip = {
+            let i = self.index.get(node).copied().unwrap_or(0);
+            format!("172.30.{}.{}", (i / 250) % 250, i % 250 + 2)
+        };
+        let started = Timestamp::now().to_string();
+        let containers: Vec<_> = pod
+            .spec
+            .iter()
+            .flat_map(|s| s.containers.iter())
+            .map(|c| {
+                json!({
+                    "name": c.name, "image": c.image.clone().unwrap_or_default(),
+                    "imageID": format!("hollow://{}", c.image.clone().unwrap_or_default()),
+                    "containerID": format!("hollow://{}-{}", pod.metadata.uid.clone().unwrap_or_default(), c.name),
+                    "ready": ready, "started": true, "restartCount": 0,
+                    "state": {"running": {"startedAt": started}},
+                })
+            })
+            .collect();
+        let cond = |t: &str, ok: bool| json!({"type": t, "status": if ok {"True"} else {"False"}, "lastTransitionTime": started, "lastProbeTime": null});
+        let status = json!({"status": {
+            "phase": "Running",
+            "hostIP": host_ip, "hostIPs": [{"ip": host_ip}],
+            "podIP": ip, "podIPs": [{"ip": ip}],
+            "startTime": started,
+            "conditions": [cond("PodReadyToStartContainers", true), cond("Initialized", true),
+                           cond("Ready", ready), cond("ContainersReady", ready), cond("PodScheduled", true)],
+            "containerStatuses": containers,
+            "qosClass": pod.status.as_ref().and_then(|s| s.qos_class.clone()),
+        }});
+        let name = name(pod);
+        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+            .await?;
+        let Some(code) = annotations
+            .get(EXIT_CODE)
+            .and_then(|c| c.parse::<i32>().ok())
+        else {
+            return Ok(());
+        };
+        let secs: f64 = annotations
+            .get(RUN_SECONDS)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0.0);
+        tokio::time::sleep(Duration::from_secs_f64(secs.max(0.0))).await;
+        let finished = Timestamp::now().to_string();
+        let containers: Vec<_> = pod
+            .spec
+            .iter()
+            .flat_map(|s| s.containers.iter())
+            .map(|c| {
+                json!({
+                    "name": c.name, "image": c.image.clone().unwrap_or_default(),
+                    "imageID": format!("hollow://{}", c.image.clone().unwrap_or_default()),
+                    "containerID": format!("hollow://{}-{}", pod.metadata.uid.clone().unwrap_or_default(), c.name),
+                    "ready": false, "started": false, "restartCount": 0,
+                    "state": {"terminated": {"exitCode": code, "reason": if code == 0 {"Completed"} else {"Error"},
+                                             "startedAt": started, "finishedAt": finished,
+                                             "containerID": format!("hollow://{}-{}", pod.metadata.uid.clone().unwrap_or_default(), c.name)}},
+                })
+            })
+            .collect();
+        let done = |t: &str| json!({"type": t, "status": "False", "reason": "PodCompleted", "lastTransitionTime": finished, "lastProbeTime": null});
+        let status = json!({"status": {
+            "phase": if code == 0 {"Succeeded"} else {"Failed"},
+            "conditions": [cond("PodReadyToStartContainers", false), cond("Initialized", true),
+                           done("Ready"), done("ContainersReady"), cond("PodScheduled", true)],
+            "containerStatuses": containers,
+        }});
+        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+            .await?;
+        Ok(())
+    }
+}
+
+fn name(p: &Pod) -> String {
+    p.metadata.name.clone().unwrap_or_default()
+}
+
+fn namespace(p: &Pod) -> String {
+    p.metadata.namespace.clone().unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counted_names_use_the_prefix() {
+        let a = NodesArgs {
+            kubeconfig: "k".into(),
+            names: vec![],
+            count: 2,
+            prefix: "h-".into(),
+            lease_interval: Duration::from_secs(1),
+            start_delay: Duration::ZERO,
+            cpu: "1".into(),
+            memory: "1Gi".into(),
+            pods: 10,
+            labels: vec![],
+            remove_not_ready_taint: false,
+        };
+        assert_eq!(a.node_names(), vec!["h-0", "h-1"]);
+        let b = NodesArgs {
+            names: vec!["x".into()],
+            ..a
+        };
+        assert_eq!(b.node_names(), vec!["x"]);
+    }
+}
