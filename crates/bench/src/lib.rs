@@ -5,6 +5,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod controllers;
 mod duration;
 mod latency;
 pub mod nodes;
@@ -35,6 +36,8 @@ pub enum BenchCommand {
     /// How fast pods get bound: through the API of a running cluster, or the scheduling cycle
     /// alone in process.
     Scheduler(scheduler::SchedulerArgs),
+    /// How fast the controllers create what a scaled Deployment asks for, and their memory.
+    Controllers(controllers::ControllersArgs),
     /// Hollow nodes: Nodes that register, heartbeat and "run" their pods without containers,
     /// to exercise a control plane with many nodes.
     Nodes(nodes::NodesArgs),
@@ -48,5 +51,6 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::Auth(args) => auth::run(args).await,
         BenchCommand::Scheduler(args) => scheduler::run(args).await,
         BenchCommand::Nodes(args) => nodes::run(args).await,
+        BenchCommand::Controllers(args) => controllers::run(args).await,
     }
 }
