@@ -34,11 +34,39 @@ pub struct ControllerFlags {
     /// Terminated pods kept before the oldest are deleted (0: never).
     #[arg(long, default_value_t = 12_500)]
     pub terminated_pod_gc_threshold: usize,
+
+    /// The CA certificate (PEM) that signs approved CertificateSigningRequests
+    /// (`capstan server`: its own cluster CA).
+    #[arg(long, value_name = "PATH")]
+    pub cluster_signing_cert_file: Option<PathBuf>,
+
+    /// The CA's private key (PEM).
+    #[arg(long, value_name = "PATH")]
+    pub cluster_signing_key_file: Option<PathBuf>,
+
+    /// The longest validity of a signed certificate.
+    #[arg(long, default_value = "8760h", value_parser = parse_go_duration)]
+    pub cluster_signing_duration: Duration,
+
+    /// Where the local-path provisioner creates volumes for the default StorageClass
+    /// (`capstan server`: DATA_DIR/storage).
+    #[arg(long, value_name = "PATH")]
+    pub local_storage_dir: Option<PathBuf>,
 }
 
 impl ControllerFlags {
     pub fn options(&self, leader_elect: bool) -> Options {
+        let defaults = Options::default();
         Options {
+            cluster_signing: self
+                .cluster_signing_cert_file
+                .clone()
+                .zip(self.cluster_signing_key_file.clone()),
+            cluster_signing_duration: self.cluster_signing_duration,
+            local_storage_dir: self
+                .local_storage_dir
+                .clone()
+                .unwrap_or(defaults.local_storage_dir.clone()),
             controllers: self.controllers.clone(),
             cluster_cidr: Some(self.cluster_cidr.clone()).filter(|c| !c.is_empty()),
             node_cidr_mask_size: self.node_cidr_mask_size,
@@ -46,7 +74,7 @@ impl ControllerFlags {
             node_monitor_grace_period: self.node_monitor_grace_period,
             terminated_pod_gc_threshold: self.terminated_pod_gc_threshold,
             leader_elect,
-            ..Options::default()
+            ..defaults
         }
     }
 }

@@ -215,7 +215,19 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         let kubeconfig = args
             .data_dir
             .join("components/controller-manager.kubeconfig");
-        let opts = args.controller_flags.options(true);
+        let mut flags = args.controller_flags.clone();
+        // The cluster CA signs approved certificate requests; volumes live with the data.
+        let pki_dir = args.data_dir.join("pki");
+        flags
+            .cluster_signing_cert_file
+            .get_or_insert(pki_dir.join("ca.crt"));
+        flags
+            .cluster_signing_key_file
+            .get_or_insert(pki_dir.join("ca.key"));
+        flags
+            .local_storage_dir
+            .get_or_insert(args.data_dir.join("storage"));
+        let opts = flags.options(true);
         tokio::spawn(async move {
             if let Err(e) = crate::controller_manager_cmd::start(&kubeconfig, opts).await {
                 tracing::error!(error = %format!("{e:#}"), "controller manager stopped");

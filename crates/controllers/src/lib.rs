@@ -18,6 +18,7 @@ mod credentials;
 pub mod expectations;
 pub mod util;
 
+pub mod certificates;
 pub mod cronjob;
 pub mod daemonset;
 pub mod deployment;
@@ -29,6 +30,7 @@ pub mod job;
 pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;
+pub mod persistentvolume;
 pub mod podgc;
 pub mod replicaset;
 pub mod resourcequota;
@@ -82,6 +84,9 @@ pub const CONTROLLERS: &[(&str, &str, StartFn)] = &[
         ttlafterfinished::start,
     ),
     ("disruption", "disruption-controller", disruption::start),
+    ("persistentvolume-binder", "persistent-volume-binder", persistentvolume::start_binder),
+    ("csrapproving", "certificate-controller", certificates::start_approving),
+    ("csrsigning", "certificate-controller", certificates::start_signing),
 ];
 
 /// How the controllers run (the kube-controller-manager flags they mirror).
@@ -103,6 +108,14 @@ pub struct Options {
     pub workers: usize,
     /// Hold the `kube-system/kube-controller-manager` lease before running.
     pub leader_elect: bool,
+    /// `--cluster-signing-cert-file` / `--cluster-signing-key-file` (PEM): the CA that signs
+    /// approved CertificateSigningRequests of the kubernetes.io/kube-apiserver-client(-kubelet)
+    /// and kubelet-serving signers (None: csrsigning idle).
+    pub cluster_signing: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    /// `--cluster-signing-duration`: the longest certificate csrsigning issues.
+    pub cluster_signing_duration: Duration,
+    /// Where the local-path provisioner of the default StorageClass makes volumes.
+    pub local_storage_dir: std::path::PathBuf,
     /// Run each controller with its own service account's token (and so its own RBAC role),
     /// as `--use-service-account-credentials`; otherwise with the manager's credentials.
     pub use_service_account_credentials: bool,
@@ -119,6 +132,9 @@ impl Default for Options {
             terminated_pod_gc_threshold: 12_500,
             workers: 5,
             leader_elect: true,
+            cluster_signing: None,
+            cluster_signing_duration: Duration::from_secs(365 * 24 * 3600),
+            local_storage_dir: "/var/lib/capstan/storage".into(),
             use_service_account_credentials: true,
         }
     }

@@ -257,15 +257,160 @@ pub enum ClientAuth {
     Required,
 }
 
+/// A CA that issues certificates: the cluster CA inside [`Pki`], or one loaded on its own from
+/// a certificate and key (the controller manager's `--cluster-signing-*-file`).
+pub struct CaSigner {
+    cert_der: CertificateDer<'static>,
+    key: KeyPair,
+    subject: Vec<u8>,
+    not_after: OffsetDateTime,
+}
+
+impl CaSigner {
+    /// Load a CA from its PEM certificate and key files.
+    pub fn load(cert_path: &Path, key_path: &Path) -> Result<CaSigner> {
+        let read = |p: &Path| {
+            fsutil::read_optional(p)?.ok_or_else(|| Error::File {
+                path: p.to_path_buf(),
+                reason: "missing".into(),
+            })
+        };
+        let cert = LoadedCert::parse(cert_path, &read(cert_path)?)?;
+        let key = parse_key(key_path, &read(key_path)?)?;
+        let (subject, not_after) = {
+            let x = cert.x509();
+            if !x.is_ca() {
+                return Err(Error::File {
+                    path: cert_path.to_path_buf(),
+                    reason: "is not a CA certificate (basicConstraints CA:FALSE)".into(),
+                });
+            }
+            if x.tbs_certificate.subject_pki.raw != key.subject_public_key_info() {
+                return Err(Error::File {
+                    path: key_path.to_path_buf(),
+                    reason: format!("does not match {}", cert_path.display()),
+                });
+            }
+            (
+                x.tbs_certificate.subject.as_raw().to_vec(),
+                x.validity().not_after.to_datetime(),
+            )
+        };
+        Ok(CaSigner {
+            cert_der: cert.der,
+            key,
+            subject,
+            not_after,
+        })
+    }
+
+    /// Signs a PKCS#10 certificate signing request (PEM) like the
+    /// Kubernetes CSR signers do: the request's signature is checked, its
+    /// subject (byte for byte) and SANs (DNS, IP, email, URI) are kept, its
+    /// requested extensions are otherwise ignored, and key usages come from
+    /// `usages` — Kubernetes `spec.usages` strings such as
+    /// `"digital signature"`, `"key encipherment"`, `"client auth"`,
+    /// `"server auth"`. Which usages a signer allows is the caller's policy.
+    /// Returns the certificate PEM; the validity is capped at the CA's expiry.
+    pub fn sign_csr(&self, csr_pem: &[u8], usages: &[&str], validity: Duration) -> Result<String> {
+        use x509_parser::certification_request::X509CertificationRequest;
+        use x509_parser::extensions::ParsedExtension;
+
+        let csr_der = CertificateSigningRequestDer::from_pem_slice(csr_pem)
+            .map_err(|e| invalid("CSR", format!("not a PEM CERTIFICATE REQUEST ({e})")))?;
+        let (_, csr) = X509CertificationRequest::from_der(csr_der.as_ref())
+            .map_err(|e| invalid("CSR", format!("cannot parse ({e})")))?;
+        csr.verify_signature()
+            .map_err(|e| invalid("CSR", format!("bad signature ({e})")))?;
+
+        let info = &csr.certification_request_info;
+        let public_key = rcgen::SubjectPublicKeyInfo::from_der(info.subject_pki.raw)
+            .map_err(|e| invalid("CSR", format!("unsupported public key ({e})")))?;
+
+        let mut params = CertificateParams::default();
+        for usage in usages {
+            match parse_usage(usage) {
+                Some(Usage::Key(k)) if !params.key_usages.contains(&k) => params.key_usages.push(k),
+                Some(Usage::Ext(e)) if !params.extended_key_usages.contains(&e) => {
+                    params.extended_key_usages.push(e)
+                }
+                Some(_) => {}
+                None => return Err(invalid("usage", format!("unknown usage {usage:?}"))),
+            }
+        }
+        for ext in csr.requested_extensions().into_iter().flatten() {
+            let ParsedExtension::SubjectAlternativeName(san) = ext else {
+                continue;
+            };
+            for name in &san.general_names {
+                let ia5 = |s: &str| {
+                    rcgen::string::Ia5String::try_from(s)
+                        .map_err(|e| invalid("CSR", format!("bad SAN {s:?}: {e}")))
+                };
+                params.subject_alt_names.push(match name {
+                    GeneralName::DNSName(s) => SanType::DnsName(ia5(s)?),
+                    GeneralName::RFC822Name(s) => SanType::Rfc822Name(ia5(s)?),
+                    GeneralName::URI(s) => SanType::URI(ia5(s)?),
+                    GeneralName::IPAddress(b) => SanType::IpAddress(
+                        ip_from_bytes(b).ok_or_else(|| invalid("CSR", "bad IP address SAN"))?,
+                    ),
+                    other => return Err(invalid("CSR", format!("unsupported SAN type {other:?}"))),
+                });
+            }
+        }
+        let cert = self.sign_leaf(params, info.subject.as_raw(), &public_key, validity)?;
+        Ok(pem_encode("CERTIFICATE", &cert))
+    }
+
+    fn leaf_not_after(&self, validity: Duration) -> OffsetDateTime {
+        (now() + validity).min(self.not_after)
+    }
+
+    /// Issues a non-CA certificate with rcgen, then splices in the CA's
+    /// exact subject as issuer and `subject` (a DER Name) and signs again.
+    fn sign_leaf(
+        &self,
+        mut params: CertificateParams,
+        subject: &[u8],
+        public_key: &impl PublicKeyData,
+        validity: Duration,
+    ) -> Result<Vec<u8>> {
+        if validity.is_zero() {
+            return Err(invalid("validity", "zero"));
+        }
+        let start = now() - BACKDATE;
+        params.not_before = start;
+        params.not_after = self.leaf_not_after(validity);
+        if params.not_after <= start + BACKDATE {
+            return Err(Error::Crypto("the cluster CA has expired".into()));
+        }
+        params.serial_number = Some(random_serial()?);
+        params.is_ca = IsCa::ExplicitNoCa;
+        params.use_authority_key_identifier_extension = true;
+        // Placeholder subject, replaced below. An empty real subject keeps
+        // an empty placeholder so rcgen marks the SAN extension critical.
+        let empty_subject = der::read(subject)
+            .map(|(n, _)| n.content.is_empty())
+            .unwrap_or(false);
+        params.distinguished_name = DistinguishedName::new();
+        if !empty_subject {
+            params.distinguished_name.push(DnType::CommonName, "-");
+        }
+        let issuer = Issuer::from_ca_cert_der(&self.cert_der, &self.key)
+            .map_err(|e| crypto("reading the CA certificate", e))?;
+        let cert = params
+            .signed_by(public_key, &issuer)
+            .map_err(|e| crypto("signing a certificate", e))?;
+        der::resign_with_names(cert.der(), &self.subject, subject, &self.key).map_err(Error::Crypto)
+    }
+}
+
 /// The cluster PKI: CA, API server serving pair and service-account keys.
 pub struct Pki {
     dir: PathBuf,
     options: PkiOptions,
     ca_cert_pem: String,
-    ca_cert_der: CertificateDer<'static>,
-    ca_key: KeyPair,
-    ca_subject: Vec<u8>,
-    ca_not_after: OffsetDateTime,
+    ca: CaSigner,
     apiserver_cert_pem: String,
     apiserver_key_pem: String,
     sa: ServiceAccountKey,
@@ -277,7 +422,7 @@ impl fmt::Debug for Pki {
         f.debug_struct("Pki")
             .field("dir", &self.dir)
             .field("options", &self.options)
-            .field("ca_not_after", &self.ca_not_after)
+            .field("ca_not_after", &self.ca.not_after)
             .field("written", &self.written)
             .finish_non_exhaustive()
     }
@@ -521,10 +666,12 @@ impl Pki {
             dir: dir.to_path_buf(),
             options,
             ca_cert_pem: ca_cert.pem.clone(),
-            ca_cert_der: ca_cert.der,
-            ca_key,
-            ca_subject,
-            ca_not_after,
+            ca: CaSigner {
+                cert_der: ca_cert.der,
+                key: ca_key,
+                subject: ca_subject,
+                not_after: ca_not_after,
+            },
             apiserver_cert_pem: String::new(),
             apiserver_key_pem: String::new(),
             sa,
@@ -552,8 +699,8 @@ impl Pki {
                 let not_after = x.validity().not_after.to_datetime();
                 // Renew when close to expiry, unless a new certificate would
                 // not last longer (it is capped at the CA's own expiry).
-                let renewal_helps =
-                    pki.leaf_not_after(APISERVER_VALIDITY) > not_after + time::Duration::hours(1);
+                let renewal_helps = pki.ca.leaf_not_after(APISERVER_VALIDITY)
+                    > not_after + time::Duration::hours(1);
                 let expiring = not_after < now() + RENEW_BEFORE && renewal_helps;
                 (key_matches && covers && !expiring).then_some((cert.pem, key_pem))
             }
@@ -585,10 +732,10 @@ impl Pki {
 
     fn check_issued_by_ca(&self, path: &Path, cert: &LoadedCert) -> Result<()> {
         let x = cert.x509();
-        let ca = X509Certificate::from_der(&self.ca_cert_der)
+        let ca = X509Certificate::from_der(&self.ca.cert_der)
             .expect("CA parsed before")
             .1;
-        if x.tbs_certificate.issuer.as_raw() != self.ca_subject.as_slice()
+        if x.tbs_certificate.issuer.as_raw() != self.ca.subject.as_slice()
             || x.verify_signature(Some(ca.public_key())).is_err()
         {
             return Err(Error::File {
@@ -624,12 +771,12 @@ impl Pki {
 
     /// `ca.crt` as DER.
     pub fn ca_cert_der(&self) -> &CertificateDer<'static> {
-        &self.ca_cert_der
+        &self.ca.cert_der
     }
 
     /// When the CA expires; issued certificates never outlive it.
     pub fn ca_not_after(&self) -> SystemTime {
-        to_system_time(self.ca_not_after)
+        to_system_time(self.ca.not_after)
     }
 
     /// `apiserver.crt` as PEM.
@@ -664,7 +811,7 @@ impl Pki {
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         let subject = der::name(user, groups);
-        let cert = self.sign_leaf(params, &subject, &key, validity)?;
+        let cert = self.ca.sign_leaf(params, &subject, &key, validity)?;
         Ok((pem_encode("CERTIFICATE", &cert), key.serialize_pem()))
     }
 
@@ -707,109 +854,13 @@ impl Pki {
             .subject_alt_names
             .extend(ips.iter().map(|ip| SanType::IpAddress(*ip)));
         let subject = der::name(common_name, &[]);
-        let cert = self.sign_leaf(params, &subject, &key, validity)?;
+        let cert = self.ca.sign_leaf(params, &subject, &key, validity)?;
         Ok((pem_encode("CERTIFICATE", &cert), key.serialize_pem()))
     }
 
-    /// Signs a PKCS#10 certificate signing request (PEM) like the
-    /// Kubernetes CSR signers do: the request's signature is checked, its
-    /// subject (byte for byte) and SANs (DNS, IP, email, URI) are kept, its
-    /// requested extensions are otherwise ignored, and key usages come from
-    /// `usages` — Kubernetes `spec.usages` strings such as
-    /// `"digital signature"`, `"key encipherment"`, `"client auth"`,
-    /// `"server auth"`. Which usages a signer allows is the caller's policy.
-    /// Returns the certificate PEM; the validity is capped at the CA's expiry.
+    /// Sign a PEM certificate signing request with the cluster CA (see [`CaSigner::sign_csr`]).
     pub fn sign_csr(&self, csr_pem: &[u8], usages: &[&str], validity: Duration) -> Result<String> {
-        use x509_parser::certification_request::X509CertificationRequest;
-        use x509_parser::extensions::ParsedExtension;
-
-        let csr_der = CertificateSigningRequestDer::from_pem_slice(csr_pem)
-            .map_err(|e| invalid("CSR", format!("not a PEM CERTIFICATE REQUEST ({e})")))?;
-        let (_, csr) = X509CertificationRequest::from_der(csr_der.as_ref())
-            .map_err(|e| invalid("CSR", format!("cannot parse ({e})")))?;
-        csr.verify_signature()
-            .map_err(|e| invalid("CSR", format!("bad signature ({e})")))?;
-
-        let info = &csr.certification_request_info;
-        let public_key = rcgen::SubjectPublicKeyInfo::from_der(info.subject_pki.raw)
-            .map_err(|e| invalid("CSR", format!("unsupported public key ({e})")))?;
-
-        let mut params = CertificateParams::default();
-        for usage in usages {
-            match parse_usage(usage) {
-                Some(Usage::Key(k)) if !params.key_usages.contains(&k) => params.key_usages.push(k),
-                Some(Usage::Ext(e)) if !params.extended_key_usages.contains(&e) => {
-                    params.extended_key_usages.push(e)
-                }
-                Some(_) => {}
-                None => return Err(invalid("usage", format!("unknown usage {usage:?}"))),
-            }
-        }
-        for ext in csr.requested_extensions().into_iter().flatten() {
-            let ParsedExtension::SubjectAlternativeName(san) = ext else {
-                continue;
-            };
-            for name in &san.general_names {
-                let ia5 = |s: &str| {
-                    rcgen::string::Ia5String::try_from(s)
-                        .map_err(|e| invalid("CSR", format!("bad SAN {s:?}: {e}")))
-                };
-                params.subject_alt_names.push(match name {
-                    GeneralName::DNSName(s) => SanType::DnsName(ia5(s)?),
-                    GeneralName::RFC822Name(s) => SanType::Rfc822Name(ia5(s)?),
-                    GeneralName::URI(s) => SanType::URI(ia5(s)?),
-                    GeneralName::IPAddress(b) => SanType::IpAddress(
-                        ip_from_bytes(b).ok_or_else(|| invalid("CSR", "bad IP address SAN"))?,
-                    ),
-                    other => return Err(invalid("CSR", format!("unsupported SAN type {other:?}"))),
-                });
-            }
-        }
-        let cert = self.sign_leaf(params, info.subject.as_raw(), &public_key, validity)?;
-        Ok(pem_encode("CERTIFICATE", &cert))
-    }
-
-    fn leaf_not_after(&self, validity: Duration) -> OffsetDateTime {
-        (now() + validity).min(self.ca_not_after)
-    }
-
-    /// Issues a non-CA certificate with rcgen, then splices in the CA's
-    /// exact subject as issuer and `subject` (a DER Name) and signs again.
-    fn sign_leaf(
-        &self,
-        mut params: CertificateParams,
-        subject: &[u8],
-        public_key: &impl PublicKeyData,
-        validity: Duration,
-    ) -> Result<Vec<u8>> {
-        if validity.is_zero() {
-            return Err(invalid("validity", "zero"));
-        }
-        let start = now() - BACKDATE;
-        params.not_before = start;
-        params.not_after = self.leaf_not_after(validity);
-        if params.not_after <= start + BACKDATE {
-            return Err(Error::Crypto("the cluster CA has expired".into()));
-        }
-        params.serial_number = Some(random_serial()?);
-        params.is_ca = IsCa::ExplicitNoCa;
-        params.use_authority_key_identifier_extension = true;
-        // Placeholder subject, replaced below. An empty real subject keeps
-        // an empty placeholder so rcgen marks the SAN extension critical.
-        let empty_subject = der::read(subject)
-            .map(|(n, _)| n.content.is_empty())
-            .unwrap_or(false);
-        params.distinguished_name = DistinguishedName::new();
-        if !empty_subject {
-            params.distinguished_name.push(DnType::CommonName, "-");
-        }
-        let issuer = Issuer::from_ca_cert_der(&self.ca_cert_der, &self.ca_key)
-            .map_err(|e| crypto("reading the CA certificate", e))?;
-        let cert = params
-            .signed_by(public_key, &issuer)
-            .map_err(|e| crypto("signing a certificate", e))?;
-        der::resign_with_names(cert.der(), &self.ca_subject, subject, &self.ca_key)
-            .map_err(Error::Crypto)
+        self.ca.sign_csr(csr_pem, usages, validity)
     }
 
     /// The API server's rustls config: `apiserver.crt`/`.key`, ALPN `h2`
@@ -912,7 +963,7 @@ impl Pki {
     fn ca_roots(&self) -> Arc<RootCertStore> {
         let mut roots = RootCertStore::empty();
         roots
-            .add(self.ca_cert_der.clone())
+            .add(self.ca.cert_der.clone())
             .expect("the CA certificate was parsed on load");
         Arc::new(roots)
     }
