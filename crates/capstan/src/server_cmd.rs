@@ -228,6 +228,12 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
             .local_storage_dir
             .get_or_insert(args.data_dir.join("storage"));
         let opts = flags.options(true);
+        let admin = kubeconfig.clone();
+        tokio::spawn(async move {
+            if let Err(e) = default_storage_class(&admin).await {
+                tracing::warn!(error = %format!("{e:#}"), "creating the default StorageClass");
+            }
+        });
         tokio::spawn(async move {
             if let Err(e) = crate::controller_manager_cmd::start(&kubeconfig, opts).await {
                 tracing::error!(error = %format!("{e:#}"), "controller manager stopped");
@@ -249,6 +255,27 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     })
     .await;
     Ok(())
+}
+
+/// The `local-path` StorageClass, marked default, whose volumes the controller manager's
+/// local-path provisioner makes in DATA_DIR/storage; created at start when missing, as k3s
+/// deploys its local-path storage.
+async fn default_storage_class(admin: &std::path::Path) -> anyhow::Result<()> {
+    use kube::api::{Api, PostParams};
+    let client = kube::Client::try_from(crate::scheduler_cmd::config(admin).await?)?;
+    let classes: Api<k8s_openapi::api::storage::v1::StorageClass> = Api::all(client);
+    let class = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "local-path", "annotations": {
+            "storageclass.kubernetes.io/is-default-class": "true"}},
+        "provisioner": "capstan.dev/local-path",
+        "reclaimPolicy": "Delete",
+        "volumeBindingMode": "Immediate",
+    }))?;
+    match classes.create(&PostParams::default(), &class).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// The host's primary IPv4 address: the source address the kernel would pick for a route out.
