@@ -596,6 +596,11 @@ impl Plugin for ResourceQuota {
         if a.dry_run {
             return Ok(());
         }
+        // Charges in one namespace are written one at a time (Kubernetes' quota admission
+        // batches them per namespace too): concurrent creates would otherwise race for the
+        // same quota's resourceVersion and could exhaust their retries with a Conflict.
+        let lock = namespace_lock(a.namespace);
+        let _serial = lock.lock().await;
         for (i, plan) in plans.iter().enumerate() {
             if let Err(e) = plan.write(a.objects, a.namespace, &culprit).await {
                 for done in &plans[..i] {
@@ -606,6 +611,20 @@ impl Plugin for ResourceQuota {
         }
         Ok(())
     }
+}
+
+/// The lock that serializes quota charges in `namespace`.
+fn namespace_lock(namespace: &str) -> std::sync::Arc<tokio::sync::Mutex<()>> {
+    use std::collections::HashMap;
+    use std::sync::{Arc, OnceLock};
+    static LOCKS: OnceLock<parking_lot::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>> =
+        OnceLock::new();
+    let mut locks = LOCKS.get_or_init(Default::default).lock();
+    if locks.len() > 4096 {
+        // Forget locks nobody holds (namespaces come and go).
+        locks.retain(|_, l| Arc::strong_count(l) > 1);
+    }
+    locks.entry(namespace.to_string()).or_default().clone()
 }
 
 /// The usage a write adds: the new object's, less the old one's on update, zeros dropped.
