@@ -33,6 +33,32 @@ pub fn apply(group: &str, kind: &str, obj: &mut Value) {
         "admissionregistration.k8s.io" => admissionregistration::apply(kind, m),
         _ => other::apply(group, kind, &api_version, m),
     }
+    let micro_times: &[&str] = match (group, kind) {
+        ("coordination.k8s.io", "Lease") => &["/spec/acquireTime", "/spec/renewTime"],
+        ("" | "events.k8s.io", "Event") => &["/eventTime", "/series/lastObservedTime"],
+        _ => &[],
+    };
+    for p in micro_times {
+        if let Some(v) = obj.pointer_mut(p) {
+            normalize_micro_time(v);
+        }
+    }
+}
+
+/// A metav1.MicroTime as Kubernetes stores it: UTC, exactly six fractional digits (clients may
+/// send nanoseconds or another offset; Kubernetes decodes and re-encodes the time).
+fn normalize_micro_time(v: &mut Value) {
+    let Some(nanos) = v.as_str().and_then(crate::table::duration::parse_rfc3339) else {
+        return;
+    };
+    let secs = nanos.div_euclid(1_000_000_000);
+    let micros = nanos.rem_euclid(1_000_000_000) / 1000;
+    let Ok(secs) = u64::try_from(secs) else {
+        return;
+    };
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs);
+    let base = crate::meta::format_time(t);
+    *v = Value::String(format!("{}.{micros:06}Z", &base[..base.len() - 1]));
 }
 
 /// Registry-strategy changes on create that Kubernetes makes to the spec (not defaults: they

@@ -361,3 +361,17 @@ fn admission_policies_get_kubernetes_defaults() {
     );
     assert!(b["spec"].get("matchResources").is_none());
 }
+
+#[test]
+fn micro_times_are_stored_with_microseconds_in_utc() {
+    let lease = defaulted(
+        "coordination.k8s.io",
+        "Lease",
+        json!({"spec": {"renewTime": "2026-11-22T15:28:53.449595957Z",
+                        "acquireTime": "2026-11-22T16:28:53.1+01:00"}}),
+    );
+    assert_eq!(lease["spec"]["renewTime"], "2026-11-22T15:28:53.449595Z");
+    assert_eq!(lease["spec"]["acquireTime"], "2026-11-22T15:28:53.100000Z");
+    let ev = defaulted("events.k8s.io", "Event", json!({"eventTime": "not a time"}));
+    assert_eq!(ev["eventTime"], "not a time", "validation reports it");
+}

@@ -603,7 +603,9 @@ impl Registry {
                     .await
                 {
                     Ok(d) => return Ok(self.present(Written::new(next, &stored, d.revision))),
-                    Err(StoreError::Conflict { .. }) if wanted_rv.is_empty() => continue,
+                    // Someone wrote in between: recompute from the new state; a precondition the
+                    // caller set is checked against it at the top of the loop.
+                    Err(StoreError::Conflict { .. }) => continue,
                     Err(e) => return Err(ApiError::from_store(e, self.info, name)),
                 }
             }
@@ -617,7 +619,7 @@ impl Registry {
                     self.cache.prepare(&key, &w.value, w.json.clone(), rev);
                     return Ok(self.present(w));
                 }
-                Err(StoreError::Conflict { .. }) if wanted_rv.is_empty() => continue,
+                Err(StoreError::Conflict { .. }) => continue,
                 Err(e) => return Err(ApiError::from_store(e, self.info, name)),
             }
         }
@@ -678,12 +680,49 @@ impl Registry {
         }
         if subresource == "status" {
             let status = next.get("status").cloned();
+            // Built-in kinds' status strategies reset the spec, not the metadata: a controller
+            // sets annotations with its status (the deployment controller's revision). A custom
+            // resource's status write changes nothing but the status.
+            let metadata = if self.info.custom {
+                None
+            } else {
+                next.get("metadata").cloned()
+            };
             *next = old.clone();
             if let Some(map) = next.as_object_mut() {
                 match status {
                     Some(s) => map.insert("status".into(), s),
                     None => map.remove("status"),
                 };
+            }
+            if let Some(Value::Object(mut md)) = metadata {
+                let old_md = meta::metadata(old).cloned().unwrap_or_default();
+                let mut keep = vec![
+                    "name",
+                    "namespace",
+                    "uid",
+                    "creationTimestamp",
+                    "deletionTimestamp",
+                    "deletionGracePeriodSeconds",
+                    "generation",
+                    "selfLink",
+                ];
+                match self.storage.kind {
+                    // Kubernetes' deployment status strategy keeps the labels.
+                    "Deployment" => keep.push("labels"),
+                    // Kubelets write pods/status; they never change owners.
+                    "Pod" => keep.push("ownerReferences"),
+                    _ => {}
+                }
+                for f in keep {
+                    match old_md.get(f) {
+                        Some(v) => md.insert(f.to_string(), v.clone()),
+                        None => md.remove(f),
+                    };
+                }
+                if let Some(map) = next.as_object_mut() {
+                    map.insert("metadata".into(), Value::Object(md));
+                }
             }
             strategy::prepare_for_status_update(self.storage.kind, next, old);
             capstan_api::defaults::apply(self.storage.group, self.storage.kind, next);
