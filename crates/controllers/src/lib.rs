@@ -84,9 +84,21 @@ pub const CONTROLLERS: &[(&str, &str, StartFn)] = &[
         ttlafterfinished::start,
     ),
     ("disruption", "disruption-controller", disruption::start),
-    ("persistentvolume-binder", "persistent-volume-binder", persistentvolume::start_binder),
-    ("csrapproving", "certificate-controller", certificates::start_approving),
-    ("csrsigning", "certificate-controller", certificates::start_signing),
+    (
+        "persistentvolume-binder",
+        "persistent-volume-binder",
+        persistentvolume::start_binder,
+    ),
+    (
+        "csrapproving",
+        "certificate-controller",
+        certificates::start_approving,
+    ),
+    (
+        "csrsigning",
+        "certificate-controller",
+        certificates::start_signing,
+    ),
 ];
 
 /// How the controllers run (the kube-controller-manager flags they mirror).

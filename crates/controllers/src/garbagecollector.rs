@@ -1,5 +1,0 @@
-//! (being written)
-
-use crate::Ctx;
-
-pub fn start(_ctx: &Ctx) {}

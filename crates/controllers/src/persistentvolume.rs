@@ -1,5 +1,0 @@
-//! (being written)
-
-use crate::Ctx;
-
-pub fn start_binder(_ctx: &Ctx) {}
