@@ -58,6 +58,12 @@ pub fn apply(info: &ResourceInfo, t: PatchType, old: &Value, patch: &Value) -> A
             }
             engines::merge::apply(old, patch).map_err(patch_error)
         }
+        // Custom resources have no patch strategies: Kubernetes does not accept the media type.
+        PatchType::Strategic if info.custom => Err(ApiError::new(
+            415,
+            "UnsupportedMediaType",
+            "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+        )),
         PatchType::Strategic => {
             if !patch.is_object() {
                 return Err(ApiError::bad_request(

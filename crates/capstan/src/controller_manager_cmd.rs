@@ -99,6 +99,9 @@ pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
 
 /// Run the controllers until they fail or lose their lease.
 pub async fn start(kubeconfig: &Path, opts: Options) -> anyhow::Result<()> {
+    if let Some(name) = opts.unknown_controller() {
+        anyhow::bail!("--controllers: unknown controller {name:?}");
+    }
     let config = crate::scheduler_cmd::config(kubeconfig)
         .await
         .with_context(|| format!("connecting with {}", kubeconfig.display()))?;

@@ -228,7 +228,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
             .local_storage_dir
             .get_or_insert(args.data_dir.join("storage"));
         let opts = flags.options(true);
-        let admin = kubeconfig.clone();
+        let admin = args.data_dir.join("admin.kubeconfig");
         tokio::spawn(async move {
             if let Err(e) = default_storage_class(&admin).await {
                 tracing::warn!(error = %format!("{e:#}"), "creating the default StorageClass");

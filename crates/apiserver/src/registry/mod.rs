@@ -444,6 +444,7 @@ impl Registry {
             )
             .await?;
             self.strategy.allocate(&mut obj, None)?;
+            drop_empty_metadata(&mut obj);
             let stored = codec::encode_for_store(&obj);
             if opts.dry_run {
                 self.strategy.release(&obj);
@@ -584,6 +585,7 @@ impl Registry {
             if subresource.is_empty() {
                 self.strategy.allocate(&mut next, Some(&old))?;
             }
+            drop_empty_metadata(&mut next);
             let stored = codec::encode_for_store(&next);
             if stored == kv.value {
                 // Nothing changed: Kubernetes does not write (the resourceVersion stays).
@@ -1017,11 +1019,37 @@ impl Registry {
 /// Kubernetes' `ShouldDeleteDuringUpdate` for an object being deleted whose last finalizer
 /// went: only when its deletion had no grace period left (`deletionGracePeriodSeconds: 0`),
 /// and for a namespace only once `spec.finalizers` is empty too.
+/// Kubernetes' ObjectMeta omits empty lists and maps (`omitempty`): a patch that removes the
+/// last finalizer or owner reference leaves none, not `[]`.
+fn drop_empty_metadata(obj: &mut Value) {
+    let Some(md) = obj.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return;
+    };
+    for f in [
+        "finalizers",
+        "ownerReferences",
+        "labels",
+        "annotations",
+        "managedFields",
+    ] {
+        let empty = match md.get(f) {
+            Some(Value::Array(a)) => a.is_empty(),
+            Some(Value::Object(o)) => o.is_empty(),
+            Some(Value::Null) => true,
+            _ => false,
+        };
+        if empty {
+            md.remove(f);
+        }
+    }
+}
+
 fn delete_during_update(info: &ResourceInfo, obj: &Value) -> bool {
+    // Absent (a namespace's deletion sets none) or zero, as Kubernetes' generic store.
     let no_grace = meta::metadata(obj)
         .and_then(|m| m.get("deletionGracePeriodSeconds"))
         .and_then(Value::as_i64)
-        == Some(0);
+        .is_none_or(|g| g == 0);
     let namespace_finalizers = info.group.is_empty()
         && info.kind == "Namespace"
         && obj

@@ -160,7 +160,7 @@ impl Server {
             .arg(self.kubeconfig())
             .arg("--names")
             .arg(names.join(","))
-            .args(["--lease-interval", "2s", "--remove-not-ready-taint"])
+            .args(["--lease-interval", "2s"])
             .env("CAPSTAN_LOG", "info")
             .stdout(Stdio::null())
             .stderr(log)
