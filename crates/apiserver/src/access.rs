@@ -403,13 +403,14 @@ impl Enable {
 }
 
 /// The admission plugins in Kubernetes' order: RBAC's escalation checks (Kubernetes makes
-/// them in the RBAC storage, before admission), the built-in plugins, and the webhooks just
-/// before ResourceQuota.
+/// them in the RBAC storage, before admission), the built-in plugins, the certificate
+/// plugins (which ask the server's authorizer), and the webhooks just before ResourceQuota.
 pub fn admission_chain(
     server: &Arc<ApiServer>,
     rbac: Arc<Rbac>,
     objects: Arc<crate::objects::LateObjects>,
 ) -> crate::admission::Chain {
+    use crate::admission::certificates::{Authorize, CertificateApproval, CertificateSigning};
     use crate::admission::webhook::Webhooks;
     let mut plugins: Vec<Arc<dyn Plugin>> = vec![Arc::new(RbacEscalation {
         rbac,
@@ -418,6 +419,15 @@ pub fn admission_chain(
     let mut builtin = crate::admission::builtin::builtin_plugins();
     let quota = builtin.pop();
     plugins.extend(builtin);
+    let weak = Arc::downgrade(server);
+    let authorize: Authorize = Arc::new(move |user: &User, req: &RequestInfo| {
+        weak.upgrade()
+            .is_some_and(|s| s.auth.authorize(user, req).is_ok())
+    });
+    plugins.push(Arc::new(CertificateApproval {
+        authorize: authorize.clone(),
+    }));
+    plugins.push(Arc::new(CertificateSigning { authorize }));
     plugins.push(Webhooks::mutating(objects.clone()));
     plugins.push(Webhooks::validating(objects));
     plugins.extend(quota);

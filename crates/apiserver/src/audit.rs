@@ -28,6 +28,8 @@ pub struct Entry<'a> {
     pub info: &'a RequestInfo,
     pub uri: &'a str,
     pub user: Option<&'a User>,
+    /// Who the user acted as (impersonation).
+    pub impersonated: Option<&'a User>,
     pub conn: &'a ConnInfo,
     pub headers: &'a HeaderMap,
     pub code: u16,
@@ -77,6 +79,20 @@ impl Drop for AuditLog {
     }
 }
 
+/// An authentication.k8s.io/v1 UserInfo.
+fn user_info(u: &User) -> Value {
+    let mut m = Map::new();
+    m.insert("username".into(), json!(u.name));
+    if !u.uid.is_empty() {
+        m.insert("uid".into(), json!(u.uid));
+    }
+    m.insert("groups".into(), json!(u.groups));
+    if !u.extra.is_empty() {
+        m.insert("extra".into(), json!(u.extra));
+    }
+    Value::Object(m)
+}
+
 /// The `audit.k8s.io/v1` Event of a request.
 pub fn event(e: &Entry<'_>) -> Value {
     let info = e.info;
@@ -88,22 +104,10 @@ pub fn event(e: &Entry<'_>) -> Value {
     ev.insert("stage".into(), json!("ResponseComplete"));
     ev.insert("requestURI".into(), json!(e.uri));
     ev.insert("verb".into(), json!(info.verb));
-    let user = match e.user {
-        Some(u) => {
-            let mut m = Map::new();
-            m.insert("username".into(), json!(u.name));
-            if !u.uid.is_empty() {
-                m.insert("uid".into(), json!(u.uid));
-            }
-            m.insert("groups".into(), json!(u.groups));
-            if !u.extra.is_empty() {
-                m.insert("extra".into(), json!(u.extra));
-            }
-            Value::Object(m)
-        }
-        None => json!({}),
-    };
-    ev.insert("user".into(), user);
+    ev.insert("user".into(), e.user.map_or_else(|| json!({}), user_info));
+    if let Some(u) = e.impersonated {
+        ev.insert("impersonatedUser".into(), user_info(u));
+    }
     if let Some(peer) = e.conn.peer {
         ev.insert("sourceIPs".into(), json!([peer.ip().to_string()]));
     }
@@ -167,6 +171,11 @@ mod tests {
             groups: vec!["devs".into(), "system:authenticated".into()],
             ..Default::default()
         };
+        let bob = User {
+            name: "bob".into(),
+            groups: vec!["system:authenticated".into()],
+            ..Default::default()
+        };
         let conn = ConnInfo {
             peer: Some("10.1.2.3:5555".parse().unwrap()),
             ..Default::default()
@@ -175,6 +184,7 @@ mod tests {
             info: &info,
             uri: "/api/v1/namespaces/team/configmaps/cm1",
             user: Some(&user),
+            impersonated: Some(&bob),
             conn: &conn,
             headers: &HeaderMap::new(),
             code: 403,
@@ -188,6 +198,8 @@ mod tests {
         assert_eq!(v["verb"], "delete");
         assert_eq!(v["user"]["username"], "alice");
         assert_eq!(v["user"]["groups"][0], "devs");
+        assert_eq!(v["impersonatedUser"]["username"], "bob");
+        assert_eq!(v["impersonatedUser"]["groups"][0], "system:authenticated");
         assert_eq!(v["objectRef"]["resource"], "configmaps");
         assert_eq!(v["objectRef"]["namespace"], "team");
         assert_eq!(v["objectRef"]["name"], "cm1");

@@ -300,6 +300,35 @@ mod tests {
     }
 
     #[test]
+    fn certificate_requests_list_their_approval() {
+        let list = api_resource_list(&[], "certificates.k8s.io", "v1").unwrap();
+        let approval = list["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == "certificatesigningrequests/approval")
+            .expect("the approval subresource");
+        assert_eq!(
+            approval["verbs"],
+            serde_json::json!(["get", "patch", "update"])
+        );
+        let agg = aggregated(&[], false, "v2");
+        let csr = agg["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|g| g["metadata"]["name"] == "certificates.k8s.io")
+            .flat_map(|g| g["versions"][0]["resources"].as_array().unwrap())
+            .find(|r| r["resource"] == "certificatesigningrequests")
+            .expect("certificatesigningrequests");
+        assert!(csr["subresources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["subresource"] == "approval"));
+    }
+
+    #[test]
     fn aggregated_discovery_is_asked_for_by_accept_header() {
         let accept = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
         assert_eq!(wants_aggregated(accept), Some("v2"));

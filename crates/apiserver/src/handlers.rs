@@ -333,7 +333,7 @@ fn list_meta(rev: i64, cont: Option<&str>, remaining: Option<i64>) -> Value {
 pub async fn get(reg: &Registry, call: &Call<'_>) -> ApiResult<Response<Body>> {
     let w = reg.get(&call.info.namespace, &call.info.name).await?;
     match call.info.subresource.as_str() {
-        "" | "status" => Ok(written_response(call, reg, 200, &w)),
+        "" | "status" | "approval" => Ok(written_response(call, reg, 200, &w)),
         "scale" => Ok(value_response(200, &crate::scale::to_scale(reg, &w.value)?)),
         other => Err(ApiError::not_found_path().with_message(format!(
             "the server could not find the requested resource ({other})"

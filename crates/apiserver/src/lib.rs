@@ -1,8 +1,9 @@
 //! capstan's API server: the Kubernetes v1.32 REST API over the store.
 //!
-//! A request passes authentication → authorization → the handler of its verb, which decodes,
-//! admits, validates and finally writes through the generic [`registry::Registry`] of its
-//! resource. Lists and watches are served from each resource's [`watch_cache::WatchCache`].
+//! A request passes authentication → impersonation (`Impersonate-*` headers) → authorization
+//! → the handler of its verb, which decodes, admits, validates and finally writes through the
+//! generic [`registry::Registry`] of its resource. Lists and watches are served from each
+//! resource's [`watch_cache::WatchCache`].
 
 pub mod access;
 pub mod admission;
@@ -15,6 +16,7 @@ pub mod discovery;
 pub mod error;
 pub mod filter;
 pub mod handlers;
+pub mod impersonation;
 pub mod metrics;
 pub mod namespace_defaults;
 pub mod node_authz;
@@ -355,8 +357,18 @@ impl ApiServer {
         let query = Query::parse(parts.uri.query());
         let info = RequestInfo::parse(&parts.method, parts.uri.path(), &query);
         let user = self.auth.authenticate(&parts.headers, conn).map(Arc::new);
+        let mut impersonated = None;
         let resp = match &user {
-            Ok(user) => self.serve(&parts, &query, &info, user, body).await,
+            // Impersonation comes between authentication and authorization, which then
+            // judges the impersonated user.
+            Ok(user) => match impersonation::impersonate(&self.auth, user, &parts.headers) {
+                Ok(None) => self.serve(&parts, &query, &info, user, body).await,
+                Ok(Some(acting)) => {
+                    let acting = impersonated.insert(Arc::new(acting)).clone();
+                    self.serve(&parts, &query, &info, &acting, body).await
+                }
+                Err(e) => error_response(&e),
+            },
             Err(msg) => {
                 let mut e = ApiError::new(401, "Unauthorized", msg.clone());
                 e.message = "Unauthorized".into();
@@ -373,6 +385,7 @@ impl ApiServer {
                 info: &info,
                 uri,
                 user: user.as_deref().ok(),
+                impersonated: impersonated.as_deref(),
                 conn,
                 headers: &parts.headers,
                 code: resp.status().as_u16(),
@@ -484,8 +497,18 @@ impl ApiServer {
                 "the server does not allow this method on the requested resource",
             ));
         }
+        if matches!(info.subresource.as_str(), "status" | "approval")
+            && !matches!(info.verb.as_str(), "get" | "update" | "patch")
+        {
+            return Err(ApiError::method_not_allowed(
+                "the server does not allow this method on the requested resource",
+            ));
+        }
         if !info.subresource.is_empty()
-            && !matches!(info.subresource.as_str(), "status" | "scale" | "finalize")
+            && !matches!(
+                info.subresource.as_str(),
+                "status" | "scale" | "finalize" | "approval"
+            )
         {
             return Err(ApiError::new(
                 501,

@@ -606,7 +606,6 @@ fn openssl_out(args: &[&str], dir: &Path) -> String {
 }
 
 #[test]
-#[ignore = "needs the certificatesigningrequests/approval subresource, which the API server does not serve yet (501)"]
 fn certificate_requests_are_approved_and_signed() {
     let s = Server::start_cluster(&[]);
     let work = tempfile::tempdir().unwrap();

@@ -16,6 +16,7 @@ mod workloads;
 use serde_json::{json, Map, Value};
 
 pub use pod::image_tag;
+pub use workloads::TEMPLATE_GENERATION;
 
 /// Apply Kubernetes' defaults to `obj` of `group`/`kind` in place.
 pub fn apply(group: &str, kind: &str, obj: &mut Value) {
@@ -68,6 +69,8 @@ fn normalize_micro_time(v: &mut Value) {
 /// - Job: unless `spec.manualSelector`, the selector and template labels are generated from
 ///   the uid and name (`batch.kubernetes.io/controller-uid` ...); the Job's own labels default
 ///   to the template's.
+/// - DaemonSet: the template generation annotation
+///   (`deprecated.daemonset.template.generation`) starts at "1".
 pub fn prepare_for_create(group: &str, kind: &str, obj: &mut Value) {
     match (group, kind) {
         ("", "Namespace") => {
@@ -85,6 +88,7 @@ pub fn prepare_for_create(group: &str, kind: &str, obj: &mut Value) {
             }
         }
         ("batch", "Job") => workloads::generate_job_selector(obj),
+        ("apps", "DaemonSet") => workloads::daemon_set_generation_on_create(obj),
         _ => {}
     }
 }
@@ -97,6 +101,8 @@ pub fn prepare_for_create(group: &str, kind: &str, obj: &mut Value) {
 /// - Namespace: `spec.finalizers` (changed only through `finalize`).
 /// - CertificateSigningRequest: `spec` (immutable, reset rather than rejected).
 /// - Job: the generated selector and template labels when left out.
+/// - DaemonSet: the template generation annotation is the stored one, incremented when
+///   `spec.template` changes (compared after defaulting).
 pub fn prepare_for_update(group: &str, kind: &str, new: &mut Value, old: &Value) {
     match (group, kind) {
         ("", "Service") => core::service_carry_over(new, old),
@@ -107,7 +113,18 @@ pub fn prepare_for_update(group: &str, kind: &str, new: &mut Value, old: &Value)
             }
         }
         ("batch", "Job") => workloads::carry_job_selector(new, old),
+        ("apps", "DaemonSet") => workloads::daemon_set_generation_on_update(new, old),
         _ => {}
+    }
+}
+
+/// Registry-strategy changes on a write to the status subresource (`new` already carries the
+/// stored spec): what the main resource's strategy derives from the spec stays as stored.
+///
+/// - DaemonSet: the template generation annotation.
+pub fn prepare_for_status_update(group: &str, kind: &str, new: &mut Value, old: &Value) {
+    if (group, kind) == ("apps", "DaemonSet") {
+        workloads::daemon_set_keep_generation(new, old);
     }
 }
 

@@ -375,3 +375,72 @@ fn micro_times_are_stored_with_microseconds_in_utc() {
     let ev = defaulted("events.k8s.io", "Event", json!({"eventTime": "not a time"}));
     assert_eq!(ev["eventTime"], "not a time", "validation reports it");
 }
+
+#[test]
+fn daemon_sets_carry_their_template_generation() {
+    let ann = |ds: &Value| ds["metadata"]["annotations"][TEMPLATE_GENERATION].clone();
+    let mut ds = json!({"apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": "agent", "namespace": "default"},
+        "spec": {"selector": {"matchLabels": {"app": "agent"}},
+            "template": {"metadata": {"labels": {"app": "agent"}}, "spec": {"containers": [{"name": "a", "image": "agent:1"}]}}}});
+    // Create: "1", as the registry prepares then defaults.
+    let sent = ds.clone();
+    prepare_for_create("apps", "DaemonSet", &mut ds);
+    apply("apps", "DaemonSet", &mut ds);
+    assert_eq!(ann(&ds), json!("1"));
+    // A generation a client sends on create is kept when at least 1.
+    for (given, want) in [("7", "7"), ("0", "1"), ("-2", "1"), ("x", "1")] {
+        let mut d = sent.clone();
+        d["metadata"]["annotations"] = json!({TEMPLATE_GENERATION: given, "team": "a"});
+        prepare_for_create("apps", "DaemonSet", &mut d);
+        assert_eq!(ann(&d), json!(want), "{given}");
+        assert_eq!(d["metadata"]["annotations"]["team"], json!("a"));
+    }
+
+    // An update that leaves the template alone (the client's body not yet defaulted, and
+    // without the annotation) keeps the generation; one the client sends is ignored.
+    let update = |new: &Value, old: &Value| {
+        let mut new = new.clone();
+        prepare_for_update("apps", "DaemonSet", &mut new, old);
+        apply("apps", "DaemonSet", &mut new);
+        new
+    };
+    let mut same = sent.clone();
+    same["spec"]["minReadySeconds"] = json!(5);
+    assert_eq!(ann(&update(&same, &ds)), json!("1"));
+    same["metadata"]["annotations"] = json!({TEMPLATE_GENERATION: "9"});
+    assert_eq!(ann(&update(&same, &ds)), json!("1"));
+    // Labels on the DaemonSet itself are not the template.
+    let mut labelled = ds.clone();
+    labelled["metadata"]["labels"] = json!({"tier": "node"});
+    assert_eq!(ann(&update(&labelled, &ds)), json!("1"));
+
+    // A template change increments it, from the stored value.
+    let mut changed = sent.clone();
+    changed["spec"]["template"]["spec"]["containers"][0]["image"] = json!("agent:2");
+    let v2 = update(&changed, &ds);
+    assert_eq!(ann(&v2), json!("2"));
+    let mut changed_again = v2.clone();
+    changed_again["spec"]["template"]["metadata"]["annotations"] = json!({"restartedAt": "now"});
+    changed_again["metadata"]["annotations"][TEMPLATE_GENERATION] = json!("1");
+    assert_eq!(ann(&update(&changed_again, &v2)), json!("3"));
+    // A stored object without it counts from 0, as Kubernetes' conversion does.
+    let mut legacy = ds.clone();
+    legacy["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("annotations");
+    assert_eq!(ann(&update(&changed, &legacy)), json!("1"));
+
+    // A status write keeps the stored generation whatever the client's metadata says.
+    let mut status = v2.clone();
+    status["metadata"]["annotations"][TEMPLATE_GENERATION] = json!("40");
+    status["status"] = json!({"numberReady": 1});
+    prepare_for_status_update("apps", "DaemonSet", &mut status, &v2);
+    assert_eq!(ann(&status), json!("2"));
+
+    // Other workloads get no such annotation.
+    let mut sts = json!({"metadata": {"name": "db"}, "spec": {"template": {}}});
+    prepare_for_create("apps", "StatefulSet", &mut sts);
+    assert!(sts["metadata"].get("annotations").is_none());
+}

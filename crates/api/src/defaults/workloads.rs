@@ -252,3 +252,71 @@ pub fn carry_job_selector(new: &mut Value, old: &Value) {
         }
     }
 }
+
+/// The annotation an apps/v1 DaemonSet carries its template generation in (the internal
+/// `spec.templateGeneration`, which the v1 form has no field for).
+pub const TEMPLATE_GENERATION: &str = "deprecated.daemonset.template.generation";
+
+/// The template generation a DaemonSet carries: 0 when the annotation is missing (or does not
+/// parse as an integer; Kubernetes would refuse to decode such a body).
+fn template_generation(ds: &Value) -> i64 {
+    ds.pointer("/metadata/annotations")
+        .and_then(|a| a.get(TEMPLATE_GENERATION))
+        .and_then(Value::as_str)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+fn set_template_generation(ds: &mut Value, generation: i64) {
+    let Some(m) = ds.as_object_mut() else {
+        return;
+    };
+    let annotations = ensure_obj(ensure_obj(m, "metadata"), "annotations");
+    annotations.insert(TEMPLATE_GENERATION.into(), json!(generation.to_string()));
+}
+
+/// The DaemonSet strategy's `PrepareForCreate`: the template generation starts at 1 (one the
+/// client sent that is at least 1 stays).
+pub fn daemon_set_generation_on_create(ds: &mut Value) {
+    let generation = template_generation(ds).max(1);
+    set_template_generation(ds, generation);
+}
+
+/// The DaemonSet strategy's `PrepareForUpdate`: the stored template generation, plus one when
+/// the (defaulted) pod template changes. Whatever the client sent in the annotation is
+/// ignored. `metadata.generation` moves with any spec change, in the registry.
+pub fn daemon_set_generation_on_update(new: &mut Value, old: &Value) {
+    let mut defaulted = new.clone();
+    if let Some(m) = defaulted.as_object_mut() {
+        apply("DaemonSet", m);
+    }
+    let changed = defaulted.pointer("/spec/template") != old.pointer("/spec/template");
+    let generation = template_generation(old).saturating_add(i64::from(changed));
+    set_template_generation(new, generation);
+}
+
+/// The DaemonSet status strategy keeps the spec, and with it the template generation.
+pub fn daemon_set_keep_generation(new: &mut Value, old: &Value) {
+    let stored = old
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(TEMPLATE_GENERATION))
+        .cloned();
+    let Some(m) = new.as_object_mut() else {
+        return;
+    };
+    match stored {
+        Some(v) => {
+            ensure_obj(ensure_obj(m, "metadata"), "annotations")
+                .insert(TEMPLATE_GENERATION.into(), v);
+        }
+        None => {
+            if let Some(a) = m
+                .get_mut("metadata")
+                .and_then(|md| md.get_mut("annotations"))
+                .and_then(Value::as_object_mut)
+            {
+                a.remove(TEMPLATE_GENERATION);
+            }
+        }
+    }
+}

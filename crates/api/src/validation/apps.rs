@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use super::{arr, child, get, gofmt, int, jstr, meta, names, nonneg, obj, pod, s, Errs};
+use super::{child, get, gofmt, int, jstr, meta, names, nonneg, obj, pod, s, Errs};
 use crate::field::FieldError;
 
 pub fn validate(errs: &mut Errs, kind: &str, o: &Value) {
@@ -23,13 +23,32 @@ pub fn validate(errs: &mut Errs, kind: &str, o: &Value) {
     }
 }
 
-/// Selector present, valid and non-empty; returns it when it can be matched against labels.
-fn selector<'a>(errs: &mut Errs, spec: &'a Value, kind_word: &str) -> Option<&'a Value> {
-    match get(spec, "selector") {
-        None => {
-            errs.push(FieldError::required("spec.selector", ""));
-            None
-        }
+/// What `metav1.LabelSelectorAsSelector` makes of a `spec.selector`.
+#[derive(Clone, Copy)]
+enum Sel<'a> {
+    /// No selector at all: `labels.Nothing()`, which matches no labels (so a template's
+    /// labels never satisfy it).
+    Nothing,
+    /// A selector that converts; an empty one matches everything.
+    Of(&'a Value),
+    /// One that does not convert (an unknown operator, values where none belong ...).
+    Unconvertible,
+}
+
+fn as_selector(sel: Option<&Value>) -> Sel<'_> {
+    match sel {
+        None => Sel::Nothing,
+        Some(s) if meta::selector_is_convertible(s) => Sel::Of(s),
+        Some(_) => Sel::Unconvertible,
+    }
+}
+
+/// The selector checks Deployments, ReplicaSets and StatefulSets share: required, valid
+/// (strictly) and non-empty (`empty selector is invalid for <kind_word>`).
+fn required_selector<'a>(errs: &mut Errs, spec: &'a Value, kind_word: &str) -> Option<&'a Value> {
+    let sel = get(spec, "selector");
+    match sel {
+        None => errs.push(FieldError::required("spec.selector", "")),
         Some(sel) => {
             meta::label_selector(errs, Some(sel), "spec.selector");
             if meta::selector_is_empty(sel) {
@@ -39,34 +58,41 @@ fn selector<'a>(errs: &mut Errs, spec: &'a Value, kind_word: &str) -> Option<&'a
                     &format!("empty selector is invalid for {kind_word}"),
                 ));
             }
-            if !meta::selector_is_convertible(sel) {
-                errs.push(FieldError::invalid_shown(
-                    "spec.selector",
-                    &gofmt::label_selector(Some(sel)),
-                    "invalid label selector",
-                ));
-                return None;
-            }
-            Some(sel)
         }
     }
+    sel
 }
 
-fn labels_match(errs: &mut Errs, sel: Option<&Value>, template: &Value) {
+/// `Invalid` on `spec.selector` for a selector that does not convert, with `detail`.
+fn unconvertible(errs: &mut Errs, spec: &Value, detail: &str) {
+    errs.push(FieldError::invalid_shown(
+        "spec.selector",
+        &gofmt::label_selector(get(spec, "selector")),
+        detail,
+    ));
+}
+
+/// The template's labels must satisfy the selector: never when there is no selector, always
+/// when it is empty.
+fn labels_match(errs: &mut Errs, sel: Sel<'_>, template: &Value) {
     let labels = template.pointer("/metadata/labels");
-    if let Some(sel) = sel {
-        if !meta::selector_is_empty(sel) && !meta::selector_matches(sel, labels) {
-            errs.push(FieldError::invalid_shown(
-                "spec.template.metadata.labels",
-                &gofmt::string_map(labels),
-                "`selector` does not match template `labels`",
-            ));
-        }
+    let matches = match sel {
+        Sel::Nothing => false,
+        Sel::Of(sel) => meta::selector_matches(sel, labels),
+        Sel::Unconvertible => true,
+    };
+    if !matches {
+        errs.push(FieldError::invalid_shown(
+            "spec.template.metadata.labels",
+            &gofmt::string_map(labels),
+            "`selector` does not match template `labels`",
+        ));
     }
 }
 
-/// `ValidatePodTemplateSpecForReplicaSet` (Deployments and ReplicaSets).
-fn template_for_replica_set(errs: &mut Errs, spec: &Value, sel: Option<&Value>, owner: &str) {
+/// `ValidatePodTemplateSpecForReplicaSet` (Deployments and ReplicaSets), run when the selector
+/// converts.
+fn template_for_replica_set(errs: &mut Errs, spec: &Value, sel: Sel<'_>, owner: &str) {
     let Some(t) = get(spec, "template") else {
         errs.push(FieldError::required("spec.template", ""));
         return;
@@ -74,14 +100,7 @@ fn template_for_replica_set(errs: &mut Errs, spec: &Value, sel: Option<&Value>, 
     labels_match(errs, sel, t);
     pod::template_spec(errs, Some(t), "spec.template");
     always_restart(errs, t);
-    if t.pointer("/spec/activeDeadlineSeconds")
-        .is_some_and(|v| !v.is_null())
-    {
-        errs.push(FieldError::forbidden(
-            "spec.template.spec.activeDeadlineSeconds",
-            &format!("activeDeadlineSeconds in {owner} is not Supported"),
-        ));
-    }
+    active_deadline_forbidden(errs, t, owner);
 }
 
 fn always_restart(errs: &mut Errs, t: &Value) {
@@ -98,6 +117,19 @@ fn always_restart(errs: &mut Errs, t: &Value) {
     }
 }
 
+/// Workload pods run until replaced: `activeDeadlineSeconds in <owner> is not Supported`.
+fn active_deadline_forbidden(errs: &mut Errs, t: &Value, owner: &str) {
+    if t.pointer("/spec/activeDeadlineSeconds")
+        .is_some_and(|v| !v.is_null())
+    {
+        errs.push(FieldError::forbidden(
+            "spec.template.spec.activeDeadlineSeconds",
+            &format!("activeDeadlineSeconds in {owner} is not Supported"),
+        ));
+    }
+}
+
+/// `ValidatePositiveIntOrPercent`.
 fn int_or_percent(errs: &mut Errs, v: Option<&Value>, path: &str) {
     match v {
         Some(Value::String(s)) => {
@@ -114,22 +146,37 @@ fn int_or_percent(errs: &mut Errs, v: Option<&Value>, path: &str) {
     }
 }
 
-/// The integer or percent value (percent of 100 for the 100% check).
+/// `getIntOrPercentValue`: a valid percent's number (and `true`), else the integer (a string
+/// that is not a valid percent counts as what `strconv.Atoi` makes of it, 0 when nothing).
 fn int_or_percent_value(v: Option<&Value>) -> (i64, bool) {
     match v {
-        Some(Value::String(s)) => (s.trim_end_matches('%').parse().unwrap_or(0), true),
+        Some(Value::String(s)) if names::percent(s).is_empty() => {
+            (s[..s.len() - 1].parse().unwrap_or(0), true)
+        }
+        Some(Value::String(s)) => (s.parse().unwrap_or(0), false),
         Some(v) => (v.as_i64().unwrap_or(0), false),
         None => (0, false),
     }
 }
 
-fn rolling_update(errs: &mut Errs, ru: &Value, path: &str, check_surge: bool) {
+/// `IsNotMoreThan100Percent`.
+fn not_more_than_100_percent(errs: &mut Errs, v: Option<&Value>, path: &str) {
+    let (n, pct) = int_or_percent_value(v);
+    if pct && n > 100 {
+        errs.push(FieldError::invalid_shown(
+            path,
+            &gofmt::int_or_string(v.unwrap_or(&Value::Null)),
+            "must not be greater than 100%",
+        ));
+    }
+}
+
+/// `ValidateRollingUpdateDeployment`.
+fn rolling_update(errs: &mut Errs, ru: &Value, path: &str) {
     let (mu, ms) = (get(ru, "maxUnavailable"), get(ru, "maxSurge"));
     let mup = child(path, "maxUnavailable");
     int_or_percent(errs, mu, &mup);
-    if check_surge {
-        int_or_percent(errs, ms, &child(path, "maxSurge"));
-    }
+    int_or_percent(errs, ms, &child(path, "maxSurge"));
     if int_or_percent_value(mu).0 == 0 && int_or_percent_value(ms).0 == 0 {
         errs.push(FieldError::invalid_shown(
             &mup,
@@ -137,20 +184,37 @@ fn rolling_update(errs: &mut Errs, ru: &Value, path: &str, check_surge: bool) {
             "may not be 0 when `maxSurge` is 0",
         ));
     }
-    let (v, pct) = int_or_percent_value(mu);
-    if pct && v > 100 {
+    not_more_than_100_percent(errs, mu, &mup);
+}
+
+/// `ValidateRollingUpdateDaemonSet`: both within 100%, and exactly one of them non-zero.
+fn daemon_set_rolling_update(errs: &mut Errs, ru: &Value, path: &str) {
+    let (mu, ms) = (get(ru, "maxUnavailable"), get(ru, "maxSurge"));
+    let (mup, msp) = (child(path, "maxUnavailable"), child(path, "maxSurge"));
+    int_or_percent(errs, mu, &mup);
+    int_or_percent(errs, ms, &msp);
+    not_more_than_100_percent(errs, mu, &mup);
+    not_more_than_100_percent(errs, ms, &msp);
+    let has_unavailable = int_or_percent_value(mu).0 != 0;
+    let has_surge = int_or_percent_value(ms).0 != 0;
+    if has_unavailable && has_surge {
         errs.push(FieldError::invalid_shown(
-            &mup,
-            &gofmt::int_or_string(mu.unwrap_or(&Value::Null)),
-            "must not be greater than 100%",
+            &msp,
+            &gofmt::int_or_string(ms.unwrap_or(&Value::from(0))),
+            "may not be set when maxUnavailable is non-zero",
         ));
+    } else if !has_unavailable && !has_surge {
+        errs.push(FieldError::required(&mup, "cannot be 0 when maxSurge is 0"));
     }
 }
 
 fn deployment_spec(errs: &mut Errs, spec: &Value) {
     nonneg(errs, int(spec, "replicas"), "spec.replicas");
-    let sel = selector(errs, spec, "deployment");
-    template_for_replica_set(errs, spec, sel, "ReplicaSet");
+    let sel = as_selector(required_selector(errs, spec, "deployment"));
+    match sel {
+        Sel::Unconvertible => unconvertible(errs, spec, "invalid label selector"),
+        _ => template_for_replica_set(errs, spec, sel, "ReplicaSet"),
+    }
     let st = spec.get("strategy").unwrap_or(&Value::Null);
     let t = s(st, "type");
     match t {
@@ -167,7 +231,7 @@ fn deployment_spec(errs: &mut Errs, spec: &Value) {
                 "spec.strategy.rollingUpdate",
                 "this should be defaulted and never be nil",
             )),
-            Some(ru) => rolling_update(errs, ru, "spec.strategy.rollingUpdate", true),
+            Some(ru) => rolling_update(errs, ru, "spec.strategy.rollingUpdate"),
         },
         "" => errs.push(FieldError::required("spec.strategy.type", "")),
         _ => errs.push(FieldError::not_supported(
@@ -200,29 +264,33 @@ fn deployment_spec(errs: &mut Errs, spec: &Value) {
 fn replica_set_spec(errs: &mut Errs, spec: &Value) {
     nonneg(errs, int(spec, "replicas"), "spec.replicas");
     nonneg(errs, int(spec, "minReadySeconds"), "spec.minReadySeconds");
-    let sel = selector(errs, spec, "deployment");
-    template_for_replica_set(errs, spec, sel, "ReplicaSet");
+    let sel = as_selector(required_selector(errs, spec, "deployment"));
+    match sel {
+        Sel::Unconvertible => unconvertible(errs, spec, "invalid label selector"),
+        _ => template_for_replica_set(errs, spec, sel, "ReplicaSet"),
+    }
 }
 
+/// `ValidateDaemonSetSpec`: the selector is not required (a missing one matches no template
+/// labels), and the template is validated in full whatever the selector.
 fn daemon_set_spec(errs: &mut Errs, spec: &Value) {
-    let sel = selector(errs, spec, "daemonset");
-    match get(spec, "template") {
+    let sel = get(spec, "selector");
+    meta::label_selector(errs, sel, "spec.selector");
+    let template = get(spec, "template");
+    labels_match(errs, as_selector(sel), template.unwrap_or(&Value::Null));
+    if sel.is_some_and(meta::selector_is_empty) {
+        errs.push(FieldError::invalid_shown(
+            "spec.selector",
+            &gofmt::label_selector(sel),
+            "empty selector is invalid for daemonset",
+        ));
+    }
+    match template {
         None => errs.push(FieldError::required("spec.template", "")),
         Some(t) => {
-            labels_match(errs, sel, t);
             pod::template_spec(errs, Some(t), "spec.template");
             always_restart(errs, t);
-            if t.pointer("/spec/activeDeadlineSeconds")
-                .is_some_and(|v| !v.is_null())
-            {
-                errs.push(FieldError::invalid_shown(
-                    "spec.template.spec.activeDeadlineSeconds",
-                    &t.pointer("/spec/activeDeadlineSeconds")
-                        .map(|v| v.to_string())
-                        .unwrap_or_default(),
-                    "activeDeadlineSeconds in DaemonSet is not Supported",
-                ));
-            }
+            active_deadline_forbidden(errs, t, "DaemonSet");
         }
     }
     nonneg(errs, int(spec, "minReadySeconds"), "spec.minReadySeconds");
@@ -240,7 +308,7 @@ fn daemon_set_spec(errs: &mut Errs, spec: &Value) {
                 "spec.updateStrategy.rollingUpdate",
                 "",
             )),
-            Some(ru) => rolling_update(errs, ru, "spec.updateStrategy.rollingUpdate", true),
+            Some(ru) => daemon_set_rolling_update(errs, ru, "spec.updateStrategy.rollingUpdate"),
         },
         "" => errs.push(FieldError::required("spec.updateStrategy.type", "")),
         _ => errs.push(FieldError::not_supported(
@@ -256,6 +324,29 @@ fn daemon_set_spec(errs: &mut Errs, spec: &Value) {
     );
 }
 
+/// `validateRollingUpdateStatefulSet`.
+fn stateful_set_rolling_update(errs: &mut Errs, ru: &Value) {
+    let path = "spec.updateStrategy.rollingUpdate";
+    nonneg(errs, int(ru, "partition"), &child(path, "partition"));
+    if let Some(mu) = get(ru, "maxUnavailable") {
+        let mup = child(path, "maxUnavailable");
+        int_or_percent(errs, Some(mu), &mup);
+        if int_or_percent_value(Some(mu)).0 == 0 {
+            errs.push(FieldError::invalid_shown(
+                &mup,
+                &gofmt::int_or_string(mu),
+                "cannot be 0",
+            ));
+        }
+        not_more_than_100_percent(errs, Some(mu), &mup);
+    }
+}
+
+/// `ValidateStatefulSetSpec`. The pod template is not validated as a pod (its volume mounts
+/// may name volumeClaimTemplates, which are not volumes of the template): only its labels
+/// against the selector, its labels and annotations, the pod-specific annotations, the
+/// restart policy and the absence of an active deadline. Kubernetes v1.32 does not validate
+/// the volumeClaimTemplates either.
 fn stateful_set_spec(errs: &mut Errs, spec: &Value) {
     let pmp = s(spec, "podManagementPolicy");
     match pmp {
@@ -281,18 +372,7 @@ fn stateful_set_spec(errs: &mut Errs, spec: &Value) {
         }
         "RollingUpdate" => {
             if let Some(ru) = get(us, "rollingUpdate") {
-                nonneg(
-                    errs,
-                    int(ru, "partition"),
-                    "spec.updateStrategy.rollingUpdate.partition",
-                );
-                if let Some(mu) = get(ru, "maxUnavailable") {
-                    int_or_percent(
-                        errs,
-                        Some(mu),
-                        "spec.updateStrategy.rollingUpdate.maxUnavailable",
-                    );
-                }
+                stateful_set_rolling_update(errs, ru);
             }
         }
         _ => errs.push(FieldError::invalid_shown(
@@ -314,51 +394,23 @@ fn stateful_set_spec(errs: &mut Errs, spec: &Value) {
             }
         }
     }
+    nonneg(errs, int(spec, "replicas"), "spec.replicas");
+    nonneg(errs, int(spec, "minReadySeconds"), "spec.minReadySeconds");
     if let Some(o) = get(spec, "ordinals") {
         nonneg(errs, int(o, "start"), "spec.ordinals.start");
     }
-    nonneg(errs, int(spec, "replicas"), "spec.replicas");
-    nonneg(errs, int(spec, "minReadySeconds"), "spec.minReadySeconds");
-    let sel = match get(spec, "selector") {
-        None => {
-            errs.push(FieldError::required("spec.selector", ""));
-            None
-        }
-        Some(sel) => {
-            meta::label_selector(errs, Some(sel), "spec.selector");
-            if meta::selector_is_empty(sel) {
-                errs.push(FieldError::invalid_shown(
-                    "spec.selector",
-                    &gofmt::label_selector(Some(sel)),
-                    "empty selector is not valid for statefulset.",
-                ));
-            }
-            meta::selector_is_convertible(sel).then_some(sel)
-        }
-    };
+    let sel = as_selector(required_selector(errs, spec, "statefulset"));
     let t = spec.get("template").unwrap_or(&Value::Null);
-    labels_match(errs, sel, t);
-    pod::template_spec(errs, Some(t), "spec.template");
+    match sel {
+        Sel::Unconvertible => unconvertible(errs, spec, ""),
+        // `ValidatePodTemplateSpecForStatefulSet`.
+        _ => {
+            labels_match(errs, sel, t);
+            pod::template_metadata(errs, t, "spec.template");
+        }
+    }
     always_restart(errs, t);
-    if let Some(ads) = t
-        .pointer("/spec/activeDeadlineSeconds")
-        .filter(|v| !v.is_null())
-    {
-        errs.push(FieldError::invalid(
-            "spec.template.spec.activeDeadlineSeconds",
-            ads,
-            "must not be specified",
-        ));
-    }
-    for (i, c) in arr(spec, "volumeClaimTemplates").iter().enumerate() {
-        let p = format!("spec.volumeClaimTemplates[{i}]");
-        meta::labels(errs, c.pointer("/metadata/labels"), &format!("{p}.labels"));
-        super::claims::pvc_spec(
-            errs,
-            c.get("spec").unwrap_or(&Value::Null),
-            &format!("{p}.spec"),
-        );
-    }
+    active_deadline_forbidden(errs, t, "StatefulSet");
 }
 
 /// ReplicationController spec (`ValidateReplicationControllerSpec`).

@@ -11,6 +11,7 @@
 pub(crate) mod admissionregistration;
 mod apps;
 mod batch;
+mod certificates;
 mod claims;
 mod container;
 mod core;
@@ -101,7 +102,24 @@ pub fn validate(group: &str, kind: &str, obj: &Value) -> Vec<FieldError> {
 /// Validate an update of `old` to `new` (both after defaulting): ObjectMeta rules, the kind's
 /// immutable fields, then the new object itself.
 pub fn validate_update(group: &str, kind: &str, new: &Value, old: &Value) -> Vec<FieldError> {
+    validate_subresource_update(group, kind, "", new, old)
+}
+
+/// [`validate_update`] of a write to `subresource` (`""` for the main resource): a
+/// CertificateSigningRequest's `approval` may add Approved/Denied conditions and its `status`
+/// may set the certificate, which no other write may; other kinds validate every write alike.
+pub fn validate_subresource_update(
+    group: &str,
+    kind: &str,
+    subresource: &str,
+    new: &Value,
+    old: &Value,
+) -> Vec<FieldError> {
     let mut errs = Vec::new();
+    if (group, kind) == ("certificates.k8s.io", "CertificateSigningRequest") {
+        certificates::validate_update(&mut errs, new, old, subresource);
+        return errs;
+    }
     meta::object_meta_update(
         &mut errs,
         new.get("metadata"),

@@ -1,6 +1,6 @@
 //! The smaller groups: policy (PodDisruptionBudget), scheduling (PriorityClass), coordination
-//! (Lease), discovery (EndpointSlice), events.k8s.io (Event), certificates (CSR) and
-//! autoscaling (HorizontalPodAutoscaler v1 and v2).
+//! (Lease), discovery (EndpointSlice), events.k8s.io (Event) and autoscaling
+//! (HorizontalPodAutoscaler v1 and v2); certificates (CSR) are in `certificates.rs`.
 
 use std::collections::BTreeSet;
 
@@ -32,7 +32,9 @@ pub fn validate(errs: &mut Errs, group: &str, kind: &str, o: &Value) {
         }
         ("discovery.k8s.io", "EndpointSlice") => endpoint_slice(errs, o),
         ("events.k8s.io", "Event") => super::core::event(errs, o, true),
-        ("certificates.k8s.io", "CertificateSigningRequest") => csr(errs, spec),
+        ("certificates.k8s.io", "CertificateSigningRequest") => {
+            super::certificates::validate_new(errs, o)
+        }
         ("autoscaling", "HorizontalPodAutoscaler") => hpa(errs, spec),
         _ => {}
     }
@@ -224,95 +226,6 @@ fn endpoint_slice(errs: &mut Errs, o: &Value) {
         if let Some(ap) = port.get("appProtocol").and_then(Value::as_str) {
             qualified(errs, ap, &child(&p, "appProtocol"));
         }
-    }
-}
-
-const USAGES: &[&str] = &[
-    "any",
-    "cert sign",
-    "client auth",
-    "code signing",
-    "content commitment",
-    "crl sign",
-    "data encipherment",
-    "decipher only",
-    "digital signature",
-    "email protection",
-    "encipher only",
-    "ipsec end system",
-    "ipsec tunnel",
-    "ipsec user",
-    "key agreement",
-    "key encipherment",
-    "microsoft sgc",
-    "netscape sgc",
-    "ocsp signing",
-    "s/mime",
-    "server auth",
-    "signing",
-    "timestamping",
-];
-
-/// A `[]byte` field as Go's `encoding/json` reads it (standard base64; line breaks ignored).
-fn base64_decode(s: &str) -> Option<Vec<u8>> {
-    use base64::Engine as _;
-    let s: String = s.chars().filter(|c| !matches!(c, '\n' | '\r')).collect();
-    base64::engine::general_purpose::STANDARD.decode(s).ok()
-}
-
-fn csr(errs: &mut Errs, spec: &Value) {
-    let req = s(spec, "request");
-    let pem = base64_decode(req)
-        .map(|b| String::from_utf8_lossy(&b).into_owned())
-        .unwrap_or_default();
-    if !pem.contains("-----BEGIN CERTIFICATE REQUEST-----") {
-        errs.push(FieldError::invalid_shown(
-            "spec.request",
-            "[]byte{...}",
-            "PEM block type must be CERTIFICATE REQUEST",
-        ));
-    }
-    let usages = arr(spec, "usages");
-    if usages.is_empty() {
-        errs.push(FieldError::required("spec.usages", ""));
-    }
-    let mut seen = BTreeSet::new();
-    for (i, u) in usages.iter().enumerate() {
-        let u = u.as_str().unwrap_or("");
-        if !USAGES.contains(&u) {
-            errs.push(FieldError::not_supported(
-                idx("spec.usages", i),
-                &jstr(u),
-                USAGES,
-            ));
-        }
-        if !seen.insert(u) {
-            errs.push(FieldError::duplicate(idx("spec.usages", i), &jstr(u)));
-        }
-    }
-    let signer = s(spec, "signerName");
-    if signer.is_empty() {
-        errs.push(FieldError::required("spec.signerName", ""));
-    } else {
-        match signer.split_once('/') {
-            Some((domain, path)) if !domain.is_empty() && !path.is_empty() => {
-                for m in names::dns1123_subdomain(domain) {
-                    errs.push(FieldError::invalid("spec.signerName", &jstr(domain), &m));
-                }
-            }
-            _ => errs.push(FieldError::invalid(
-                "spec.signerName",
-                &jstr(signer),
-                "must be a fully qualified domain and path of the form 'example.com/signer-name'",
-            )),
-        }
-    }
-    if let Some(e) = int(spec, "expirationSeconds").filter(|e| *e < 600) {
-        errs.push(FieldError::invalid(
-            "spec.expirationSeconds",
-            &Value::from(e),
-            "may not specify a duration less than 600 seconds (10 minutes)",
-        ));
     }
 }
 

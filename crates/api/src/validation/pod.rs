@@ -100,27 +100,27 @@ fn pod_annotations(errs: &mut Errs, ann: Option<&Value>, spec: &Value, path: &st
     }
 }
 
-/// `ValidatePodTemplateSpec` of an embedded template (Deployments, Jobs, PodTemplates ...).
-pub fn template_spec(errs: &mut Errs, template: Option<&Value>, path: &str) {
-    let t = template.unwrap_or(&Value::Null);
-    let md = t.get("metadata");
+/// The metadata part of a template's validation: its labels and annotations (reported at
+/// `<path>.labels` and `<path>.annotations`, as Kubernetes does) and the pod-specific
+/// annotation rules. A StatefulSet's template gets only this (and no `ValidatePodSpec`).
+pub fn template_metadata(errs: &mut Errs, template: &Value, path: &str) {
+    let md = template.get("metadata");
+    let annotations = md.and_then(|m| m.get("annotations"));
     meta::labels(
         errs,
         md.and_then(|m| m.get("labels")),
         &child(path, "labels"),
     );
-    meta::annotations(
-        errs,
-        md.and_then(|m| m.get("annotations")),
-        &child(path, "annotations"),
-    );
+    meta::annotations(errs, annotations, &child(path, "annotations"));
+    let spec = template.get("spec").unwrap_or(&Value::Null);
+    pod_annotations(errs, annotations, spec, &child(path, "annotations"));
+}
+
+/// `ValidatePodTemplateSpec` of an embedded template (Deployments, Jobs, PodTemplates ...).
+pub fn template_spec(errs: &mut Errs, template: Option<&Value>, path: &str) {
+    let t = template.unwrap_or(&Value::Null);
+    template_metadata(errs, t, path);
     let spec = t.get("spec").unwrap_or(&Value::Null);
-    pod_annotations(
-        errs,
-        md.and_then(|m| m.get("annotations")),
-        spec,
-        &child(path, "annotations"),
-    );
     pod_spec(errs, spec, None, false, &child(path, "spec"));
     if !arr(spec, "ephemeralContainers").is_empty() {
         errs.push(FieldError::forbidden(

@@ -374,7 +374,7 @@ fn common_mistakes_have_kubernetes_messages() {
         ("apps", "Deployment", json!({"metadata": md("web"), "spec": {"selector": {"matchLabels": {"app": "web"}}, "strategy": {"rollingUpdate": {"maxSurge": 0, "maxUnavailable": 0}}, "template": pod_template(json!({"app": "web"}))}}),
             "spec.strategy.rollingUpdate.maxUnavailable: Invalid value: intstr.IntOrString{Type:0, IntVal:0, StrVal:\"\"}: may not be 0 when `maxSurge` is 0"),
         ("apps", "StatefulSet", json!({"metadata": md("db"), "spec": {"selector": {}, "template": pod_template(json!({"app": "db"}))}}),
-            "spec.selector: Invalid value: v1.LabelSelector{MatchLabels:map[string]string(nil), MatchExpressions:[]v1.LabelSelectorRequirement(nil)}: empty selector is not valid for statefulset."),
+            "spec.selector: Invalid value: v1.LabelSelector{MatchLabels:map[string]string(nil), MatchExpressions:[]v1.LabelSelectorRequirement(nil)}: empty selector is invalid for statefulset"),
         ("apps", "DaemonSet", json!({"metadata": md("ds"), "spec": {"selector": {"matchLabels": {"app": "ds"}}, "template": {"metadata": {"labels": {"app": "ds"}}, "spec": {"restartPolicy": "Never", "containers": [{"name": "a", "image": "x"}]}}}}),
             "spec.template.spec.restartPolicy: Unsupported value: \"Never\": supported values: \"Always\""),
         ("batch", "Job", json!({"metadata": md("pi"), "spec": {"template": pod_template(json!({}))}}), "spec.template.spec.restartPolicy: Required value: valid values: \"OnFailure\", \"Never\""),
@@ -634,4 +634,185 @@ fn admission_policies_have_kubernetes_messages() {
         let got = check(g, kind, obj.clone());
         assert!(got.contains(&want.to_string()), "{obj}: {got:?}");
     }
+}
+
+fn stateful_set(template: Value) -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": md("db"), "spec": {
+        "serviceName": "db", "selector": {"matchLabels": {"app": "db"}}, "template": template,
+        "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}]}})
+}
+
+#[test]
+fn stateful_set_templates_are_not_validated_as_pods() {
+    // A volume mount may name a volumeClaimTemplate, which is no volume of the template.
+    let mut tmpl = pod_template(json!({"app": "db"}));
+    tmpl["spec"]["containers"][0]["volumeMounts"] = json!([{"name": "data", "mountPath": "/data"}]);
+    assert_eq!(
+        check("apps", "StatefulSet", stateful_set(tmpl)),
+        Vec::<String>::new()
+    );
+    // Nor is the rest of the pod spec checked (Kubernetes v1.32 leaves it to pod creation),
+    // nor the claim templates.
+    let broken = json!({"metadata": {"labels": {"app": "db"}}, "spec": {"containers": [{"name": "a"}, {"name": "a", "image": "x", "ports": [{"containerPort": 70000}]}],
+        "volumes": [{"name": "v", "emptyDir": {}, "hostPath": {"path": "/x"}}]}});
+    let mut sts = stateful_set(broken);
+    sts["spec"]["volumeClaimTemplates"][0]["spec"] =
+        json!({"resources": {"requests": {"storage": "1Gi"}}});
+    assert_eq!(check("apps", "StatefulSet", sts), Vec::<String>::new());
+    // The same template in a Deployment, ReplicaSet or DaemonSet is a pod's and fails.
+    let mut tmpl = pod_template(json!({"app": "db"}));
+    tmpl["spec"]["containers"][0]["volumeMounts"] = json!([{"name": "data", "mountPath": "/data"}]);
+    let not_found =
+        "spec.template.spec.containers[0].volumeMounts[0].name: Not found: \"data\"".to_string();
+    let sel = json!({"matchLabels": {"app": "db"}});
+    for kind in ["Deployment", "ReplicaSet", "DaemonSet"] {
+        let obj = json!({"metadata": md("db"), "spec": {"selector": sel, "template": tmpl}});
+        assert_eq!(check("apps", kind, obj), vec![not_found.clone()], "{kind}");
+    }
+}
+
+#[test]
+fn stateful_set_template_checks_match_kubernetes() {
+    let check_sts = |f: &dyn Fn(&mut Value)| {
+        let mut sts = stateful_set(pod_template(json!({"app": "db"})));
+        f(&mut sts);
+        check("apps", "StatefulSet", sts)
+    };
+    // Template labels and annotations, at Kubernetes' paths (not under metadata).
+    assert_eq!(
+        check_sts(&|s| {
+            s["spec"]["template"]["metadata"]["labels"]["-bad"] = json!("x");
+            s["spec"]["template"]["metadata"]["annotations"] = json!({"a/b/c": "x", "controller.kubernetes.io/pod-deletion-cost": "lots"});
+        }),
+        vec![
+            "spec.template.labels: Invalid value: \"-bad\": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')".to_string(),
+            "spec.template.annotations: Invalid value: \"a/b/c\": a qualified name must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')".to_string(),
+            "spec.template.annotations[controller.kubernetes.io/pod-deletion-cost]: Invalid value: \"lots\": must be a 32bit integer".to_string(),
+        ]
+    );
+    // The selector must select the template.
+    assert_eq!(
+        check_sts(&|s| s["spec"]["template"]["metadata"]["labels"] = json!({"app": "web"})),
+        vec!["spec.template.metadata.labels: Invalid value: map[string]string{\"app\":\"web\"}: `selector` does not match template `labels`".to_string()]
+    );
+    // No selector matches nothing: both errors.
+    assert_eq!(
+        check_sts(&|s| {
+            s["spec"].as_object_mut().unwrap().remove("selector");
+        }),
+        vec![
+            "spec.selector: Required value".to_string(),
+            "spec.template.metadata.labels: Invalid value: map[string]string{\"app\":\"db\"}: `selector` does not match template `labels`".to_string(),
+        ]
+    );
+    // A selector that does not convert: Invalid with no detail, and no template checks.
+    assert_eq!(
+        check_sts(&|s| {
+            s["spec"]["selector"] = json!({"matchExpressions": [{"key": "app", "operator": "Is", "values": ["db"]}]});
+            s["spec"]["template"]["metadata"]["labels"]["-bad"] = json!("x");
+        }),
+        vec![
+            "spec.selector.matchExpressions[0].operator: Invalid value: \"Is\": not a valid selector operator".to_string(),
+            "spec.selector: Invalid value: v1.LabelSelector{MatchLabels:map[string]string(nil), MatchExpressions:[]v1.LabelSelectorRequirement{v1.LabelSelectorRequirement{Key:\"app\", Operator:\"Is\", Values:[]string{\"db\"}}}}".to_string(),
+        ]
+    );
+    // Restart policy and active deadline, whatever the selector.
+    assert_eq!(
+        check_sts(&|s| {
+            s["spec"]["template"]["spec"]["restartPolicy"] = json!("OnFailure");
+            s["spec"]["template"]["spec"]["activeDeadlineSeconds"] = json!(30);
+        }),
+        vec![
+            "spec.template.spec.restartPolicy: Unsupported value: \"OnFailure\": supported values: \"Always\"".to_string(),
+            "spec.template.spec.activeDeadlineSeconds: Forbidden: activeDeadlineSeconds in StatefulSet is not Supported".to_string(),
+        ]
+    );
+    // Rolling update maxUnavailable.
+    let ru = |mu: Value| {
+        check_sts(
+            &|s| s["spec"]["updateStrategy"] = json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0, "maxUnavailable": mu}}),
+        )
+    };
+    assert_eq!(ru(json!(2)), Vec::<String>::new());
+    assert_eq!(
+        ru(json!(0)),
+        vec!["spec.updateStrategy.rollingUpdate.maxUnavailable: Invalid value: intstr.IntOrString{Type:0, IntVal:0, StrVal:\"\"}: cannot be 0".to_string()]
+    );
+    assert_eq!(
+        ru(json!("150%")),
+        vec!["spec.updateStrategy.rollingUpdate.maxUnavailable: Invalid value: intstr.IntOrString{Type:1, IntVal:0, StrVal:\"150%\"}: must not be greater than 100%".to_string()]
+    );
+}
+
+#[test]
+fn workload_selectors_match_kubernetes() {
+    let tmpl = pod_template(json!({"app": "web"}));
+    // Deployments and ReplicaSets without a selector: required, and matching nothing.
+    for kind in ["Deployment", "ReplicaSet"] {
+        let obj = json!({"metadata": md("web"), "spec": {"template": tmpl}});
+        assert_eq!(
+            check("apps", kind, obj),
+            vec![
+                "spec.selector: Required value".to_string(),
+                "spec.template.metadata.labels: Invalid value: map[string]string{\"app\":\"web\"}: `selector` does not match template `labels`".to_string(),
+            ],
+            "{kind}"
+        );
+    }
+    // One that does not convert: the template is not checked at all.
+    let mut bad = tmpl.clone();
+    bad["spec"]["containers"][0]["image"] = json!("");
+    let obj = json!({"metadata": md("web"), "spec": {"selector": {"matchExpressions": [{"key": "app", "operator": "Exists", "values": ["x"]}]}, "template": bad}});
+    assert_eq!(
+        check("apps", "ReplicaSet", obj),
+        vec![
+            "spec.selector.matchExpressions[0].values: Forbidden: may not be specified when `operator` is 'Exists' or 'DoesNotExist'".to_string(),
+            "spec.selector: Invalid value: v1.LabelSelector{MatchLabels:map[string]string(nil), MatchExpressions:[]v1.LabelSelectorRequirement{v1.LabelSelectorRequirement{Key:\"app\", Operator:\"Exists\", Values:[]string{\"x\"}}}}: invalid label selector".to_string(),
+        ]
+    );
+    // A DaemonSet's selector is not required; without one the template's labels fail.
+    assert_eq!(
+        check("apps", "DaemonSet", json!({"metadata": md("ds"), "spec": {"template": tmpl}})),
+        vec!["spec.template.metadata.labels: Invalid value: map[string]string{\"app\":\"web\"}: `selector` does not match template `labels`".to_string()]
+    );
+    assert_eq!(
+        check("apps", "DaemonSet", json!({"metadata": md("ds"), "spec": {"selector": {}, "template": tmpl}})),
+        vec!["spec.selector: Invalid value: v1.LabelSelector{MatchLabels:map[string]string(nil), MatchExpressions:[]v1.LabelSelectorRequirement(nil)}: empty selector is invalid for daemonset".to_string()]
+    );
+}
+
+#[test]
+fn daemon_set_rules_match_kubernetes() {
+    let ds = |f: &dyn Fn(&mut Value)| {
+        let mut ds = json!({"metadata": md("ds"), "spec": {"selector": {"matchLabels": {"app": "web"}}, "template": pod_template(json!({"app": "web"}))}});
+        f(&mut ds);
+        check("apps", "DaemonSet", ds)
+    };
+    assert_eq!(
+        ds(&|d| d["spec"]["template"]["spec"]["activeDeadlineSeconds"] = json!(5)),
+        vec!["spec.template.spec.activeDeadlineSeconds: Forbidden: activeDeadlineSeconds in DaemonSet is not Supported".to_string()]
+    );
+    let ru =
+        |ru: Value| {
+            ds(&|d| {
+                d["spec"]["updateStrategy"] = json!({"type": "RollingUpdate", "rollingUpdate": ru})
+            })
+        };
+    assert_eq!(
+        ru(json!({"maxUnavailable": 0, "maxSurge": 1})),
+        Vec::<String>::new()
+    );
+    // maxUnavailable defaults to 1: a surge alone must set it to 0.
+    assert_eq!(
+        ru(json!({"maxSurge": "10%"})),
+        vec!["spec.updateStrategy.rollingUpdate.maxSurge: Invalid value: intstr.IntOrString{Type:1, IntVal:0, StrVal:\"10%\"}: may not be set when maxUnavailable is non-zero".to_string()]
+    );
+    assert_eq!(
+        ru(json!({"maxUnavailable": "0%", "maxSurge": 0})),
+        vec!["spec.updateStrategy.rollingUpdate.maxUnavailable: Required value: cannot be 0 when maxSurge is 0".to_string()]
+    );
+    assert_eq!(
+        ru(json!({"maxUnavailable": 0, "maxSurge": "200%"})),
+        vec!["spec.updateStrategy.rollingUpdate.maxSurge: Invalid value: intstr.IntOrString{Type:1, IntVal:0, StrVal:\"200%\"}: must not be greater than 100%".to_string()]
+    );
 }

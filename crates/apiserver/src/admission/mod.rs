@@ -4,6 +4,7 @@
 //! they see the object as it is about to replace the stored one.
 
 pub mod builtin;
+pub mod certificates;
 pub mod limitranger;
 pub mod noderestriction;
 pub mod podsecurity;

@@ -30,6 +30,7 @@
 //!    strict events.k8s.io rules apply (and report Kubernetes' internal field names);
 //! 5. the write, of the storage form.
 
+pub mod certificates;
 pub mod service;
 pub mod strategy;
 
@@ -338,6 +339,9 @@ impl Registry {
 
     /// Validation of an update in storage form, with this version's rules.
     fn validate_changed(&self, new: &Value, old: &Value, subresource: &str) -> Vec<FieldError> {
+        if subresource == "approval" {
+            return self.strategy.validate_approval_update(new, old);
+        }
         if subresource == "status" && self.info.custom {
             return self.strategy.validate_status_update(new, old);
         }
@@ -643,6 +647,22 @@ impl Registry {
     pub fn ignored_fields(&self, subresource: &str) -> capstan_api::apply::FieldSet {
         use capstan_api::apply::{FieldSet, PathElement};
         let field = |f: &str| vec![PathElement::field(f)];
+        let paths = |p: &[&[&str]]| {
+            let p: Vec<Vec<PathElement>> = p
+                .iter()
+                .map(|p| p.iter().map(|f| PathElement::field(*f)).collect())
+                .collect();
+            FieldSet::from_paths(p.iter().map(Vec::as_slice))
+        };
+        if certificates::is_csr(self.storage.group, self.storage.kind) {
+            // Kubernetes' CSR subresource strategies: the status keeps the approval
+            // conditions, the approval keeps the certificate.
+            match subresource {
+                "status" => return paths(&[&["spec"], &["status", "conditions"]]),
+                "approval" => return paths(&[&["spec"], &["status", "certificate"]]),
+                _ => {}
+            }
+        }
         match subresource {
             "" if self.strategy.has_status() => {
                 FieldSet::from_paths([field("status")].iter().map(Vec::as_slice))
@@ -680,8 +700,14 @@ impl Registry {
         if subresource == "binding" {
             return;
         }
-        if subresource == "status" {
-            let status = next.get("status").cloned();
+        let csr = certificates::is_csr(self.storage.group, self.storage.kind);
+        if subresource == "status" || (subresource == "approval" && csr) {
+            let status = if subresource == "approval" {
+                // Kubernetes' csrApprovalStrategy: only the conditions change.
+                Some(certificates::approval_status(next.get("status"), old))
+            } else {
+                next.get("status").cloned()
+            };
             // Built-in kinds' status strategies reset the spec, not the metadata: a controller
             // sets annotations with its status (the deployment controller's revision). A custom
             // resource's status write changes nothing but the status.
@@ -727,6 +753,9 @@ impl Registry {
                 }
             }
             strategy::prepare_for_status_update(self.storage.kind, next, old);
+            if csr {
+                certificates::prepare(subresource, next, old);
+            }
             capstan_api::defaults::apply(self.storage.group, self.storage.kind, next);
             self.strategy.extra_defaults(next);
             return;

@@ -90,7 +90,14 @@ pub trait Strategy: Send + Sync {
 
     /// Check a write to the `status` subresource.
     fn validate_status_update(&self, new: &Value, old: &Value) -> Vec<FieldError> {
-        self.validate_update(new, old)
+        let i = self.info();
+        capstan_api::validation::validate_subresource_update(i.group, i.kind, "status", new, old)
+    }
+
+    /// Check a write to a CertificateSigningRequest's `approval` subresource.
+    fn validate_approval_update(&self, new: &Value, old: &Value) -> Vec<FieldError> {
+        let i = self.info();
+        capstan_api::validation::validate_subresource_update(i.group, i.kind, "approval", new, old)
     }
 
     /// Take what the object needs from shared pools (cluster IPs, node ports); `old` on update.
@@ -179,8 +186,13 @@ fn initial_status(kind: &str, obj: &mut Value) {
 
 /// What Kubernetes' status strategies add to a status update (`new` already carries the
 /// stored object with the new status): a PersistentVolume stamps `lastPhaseTransitionTime`
-/// when its phase changes, and keeps the old stamp otherwise.
+/// when its phase changes, and keeps the old stamp otherwise; a DaemonSet keeps its stored
+/// template generation annotation.
 pub fn prepare_for_status_update(kind: &str, new: &mut Value, old: &Value) {
+    if kind == "DaemonSet" {
+        capstan_api::defaults::prepare_for_status_update("apps", kind, new, old);
+        return;
+    }
     if kind != "PersistentVolume" {
         return;
     }
