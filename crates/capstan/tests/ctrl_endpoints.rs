@@ -505,7 +505,13 @@ fn large_services_split_into_slices() {
         .map(|x| x["endpoints"].as_array().map_or(0, Vec::len))
         .collect();
     sizes.sort();
-    assert_eq!(sizes, vec![10, 100], "filled up to 100 per slice");
+    // How the 110 split depends on how many pods each sync saw (Kubernetes' reconciler opens a
+    // new slice rather than rewrite a full one); none may exceed 100.
+    assert_eq!(sizes.iter().sum::<usize>(), 110, "{sizes:?}");
+    assert!(
+        sizes.iter().all(|n| *n <= 100),
+        "at most 100 per slice: {sizes:?}"
+    );
     let ips: BTreeSet<String> = slices
         .iter()
         .flat_map(|x| x["endpoints"].as_array().cloned().unwrap_or_default())
@@ -529,10 +535,10 @@ fn large_services_split_into_slices() {
         .iter()
         .filter_map(|x| x["metadata"]["name"].as_str().map(str::to_string))
         .collect();
-    // (From the full slice, so that neither slice empties.)
+    // (From the largest slice, so that neither slice empties.)
     let full = slices
         .iter()
-        .find(|x| x["endpoints"].as_array().map_or(0, Vec::len) == 100)
+        .max_by_key(|x| x["endpoints"].as_array().map_or(0, Vec::len))
         .unwrap();
     let doomed: Vec<String> = full["endpoints"]
         .as_array()
