@@ -124,6 +124,18 @@ volumeBindingMode: {mode}
 fn volumes_bind_provision_and_reclaim() {
     let storage = tempfile::tempdir().unwrap();
     let s = Server::start_cluster(&["--local-storage-dir", storage.path().to_str().unwrap()]);
+    // The server makes its own default class, local-path, at start; this test's default must be
+    // the only default one (with two, the newest wins, and they may be born in the same second).
+    support::wait_until(
+        "the server's local-path class",
+        Duration::from_secs(60),
+        || {
+            s.kubectl(&["get", "storageclass", "local-path"])
+                .status
+                .success()
+        },
+    );
+    s.ok(&["delete", "storageclass", "local-path"]);
     let classes = [
         class("lp-delete", "Delete", "Immediate", true),
         class("lp-retain", "Retain", "Immediate", false),
@@ -225,8 +237,7 @@ fn volumes_bind_provision_and_reclaim() {
         "ExternalProvisioning",
         "Waiting for a volume to be created either by the external provisioner 'capstan.dev/local-path' or manually by the system administrator.",
     );
-    // A claim without a class gets the default class (the newest default: ours, not the
-    // server's own local-path class).
+    // A claim without a class gets the default class.
     let defaulted = must_get(&s, &["pvc", "defaulted"]);
     assert_eq!(defaulted["spec"]["storageClassName"], "lp-delete");
 
