@@ -110,60 +110,7 @@ pub fn load_location(name: &str) -> Result<TimeZone, String> {
 // =============================================================================================
 // Cron schedules (robfig/cron v3's standard parser and `Next`).
 
-const STAR: u64 = 1 << 63;
-
-struct Bounds {
-    min: u64,
-    max: u64,
-    names: &'static [(&'static str, u64)],
-}
-
-const MINUTES: Bounds = Bounds {
-    min: 0,
-    max: 59,
-    names: &[],
-};
-const HOURS: Bounds = Bounds {
-    min: 0,
-    max: 23,
-    names: &[],
-};
-const DOM: Bounds = Bounds {
-    min: 1,
-    max: 31,
-    names: &[],
-};
-const MONTHS: Bounds = Bounds {
-    min: 1,
-    max: 12,
-    names: &[
-        ("jan", 1),
-        ("feb", 2),
-        ("mar", 3),
-        ("apr", 4),
-        ("may", 5),
-        ("jun", 6),
-        ("jul", 7),
-        ("aug", 8),
-        ("sep", 9),
-        ("oct", 10),
-        ("nov", 11),
-        ("dec", 12),
-    ],
-};
-const DOW: Bounds = Bounds {
-    min: 0,
-    max: 6,
-    names: &[
-        ("sun", 0),
-        ("mon", 1),
-        ("tue", 2),
-        ("wed", 3),
-        ("thu", 4),
-        ("fri", 5),
-        ("sat", 6),
-    ],
-};
+use capstan_api::validation::cron::{parse_spec, Spec, STAR};
 
 #[derive(Clone, Debug, PartialEq)]
 enum Kind {
@@ -187,159 +134,6 @@ pub struct Schedule {
     tz: TimeZone,
 }
 
-fn atoi(expr: &str) -> Result<u64, String> {
-    let digits = expr.strip_prefix(['+', '-']).unwrap_or(expr);
-    if digits.is_empty() || !digits.bytes().all(|c| c.is_ascii_digit()) {
-        return Err(format!(
-            "failed to parse int from {expr}: strconv.Atoi: parsing {expr:?}: invalid syntax"
-        ));
-    }
-    let n: i64 = expr.parse().map_err(|_| {
-        format!(
-            "failed to parse int from {expr}: strconv.Atoi: parsing {expr:?}: value out of range"
-        )
-    })?;
-    if n < 0 {
-        return Err(format!("negative number ({n}) not allowed: {expr}"));
-    }
-    Ok(n as u64)
-}
-
-fn int_or_name(expr: &str, b: &Bounds) -> Result<u64, String> {
-    let lower = expr.to_lowercase();
-    if let Some((_, v)) = b.names.iter().find(|(n, _)| *n == lower) {
-        return Ok(*v);
-    }
-    atoi(expr)
-}
-
-fn range_bits(expr: &str, b: &Bounds) -> Result<u64, String> {
-    let range_and_step: Vec<&str> = expr.split('/').collect();
-    let low_high: Vec<&str> = range_and_step[0].split('-').collect();
-    let single = low_high.len() == 1;
-    let mut extra = 0;
-    let (start, mut end) = if low_high[0] == "*" || low_high[0] == "?" {
-        extra = STAR;
-        (b.min, b.max)
-    } else {
-        let start = int_or_name(low_high[0], b)?;
-        let end = match low_high.len() {
-            1 => start,
-            2 => int_or_name(low_high[1], b)?,
-            _ => return Err(format!("too many hyphens: {expr}")),
-        };
-        (start, end)
-    };
-    let step = match range_and_step.len() {
-        1 => 1,
-        2 => {
-            let step = atoi(range_and_step[1])?;
-            if single {
-                end = b.max;
-            }
-            if step > 1 {
-                extra = 0;
-            }
-            step
-        }
-        _ => return Err(format!("too many slashes: {expr}")),
-    };
-    if start < b.min {
-        return Err(format!(
-            "beginning of range ({start}) below minimum ({}): {expr}",
-            b.min
-        ));
-    }
-    if end > b.max {
-        return Err(format!(
-            "end of range ({end}) above maximum ({}): {expr}",
-            b.max
-        ));
-    }
-    if start > end {
-        return Err(format!(
-            "beginning of range ({start}) beyond end of range ({end}): {expr}"
-        ));
-    }
-    if step == 0 {
-        return Err(format!("step of range should be a positive number: {expr}"));
-    }
-    let mut bits = 0u64;
-    let mut i = start;
-    while i <= end {
-        bits |= 1 << i;
-        match i.checked_add(step) {
-            Some(n) => i = n,
-            None => break,
-        }
-    }
-    Ok(bits | extra)
-}
-
-fn field_bits(field: &str, b: &Bounds) -> Result<u64, String> {
-    let mut bits = 0;
-    for expr in field.split(',').filter(|e| !e.is_empty()) {
-        bits |= range_bits(expr, b)?;
-    }
-    Ok(bits)
-}
-
-/// A Go `time.ParseDuration`, in seconds.
-fn go_duration(s: &str) -> Result<f64, String> {
-    let invalid = || format!("time: invalid duration {s:?}");
-    let (neg, mut rest) = match s.strip_prefix('-') {
-        Some(r) => (true, r),
-        None => (false, s.strip_prefix('+').unwrap_or(s)),
-    };
-    if rest == "0" {
-        return Ok(0.0);
-    }
-    if rest.is_empty() {
-        return Err(invalid());
-    }
-    let mut total = 0f64;
-    while !rest.is_empty() {
-        let n = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        if n == 0 || rest[..n] == *"." {
-            return Err(invalid());
-        }
-        let number: f64 = rest[..n].parse().map_err(|_| invalid())?;
-        rest = &rest[n..];
-        let u = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let unit = &rest[..u];
-        let scale = match unit {
-            "" => return Err(format!("time: missing unit in duration {s:?}")),
-            "ns" => 1e-9,
-            "us" | "µs" | "μs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return Err(format!("time: unknown unit {unit:?} in duration {s:?}")),
-        };
-        total += number * scale;
-        rest = &rest[u..];
-    }
-    Ok(if neg { -total } else { total })
-}
-
-fn spec_of(five: &str) -> Kind {
-    // Only called with the fixed descriptor expansions, which always parse.
-    let f: Vec<&str> = five.split(' ').collect();
-    let bits = |i: usize, b: &Bounds| field_bits(f[i], b).unwrap_or(0);
-    Kind::Spec {
-        minute: bits(0, &MINUTES),
-        hour: bits(1, &HOURS),
-        dom: bits(2, &DOM),
-        month: bits(3, &MONTHS),
-        dow: bits(4, &DOW),
-    }
-}
-
 /// Parse a schedule as `cron.ParseStandard`; `Err` holds its message.
 pub fn parse_standard(spec: &str) -> Result<Schedule, String> {
     if spec.is_empty() {
@@ -354,42 +148,23 @@ pub fn parse_standard(spec: &str) -> Result<Schedule, String> {
         tz = load_location(name).map_err(|e| format!("provided bad location {name}: {e}"))?;
         spec = spec[sp..].trim();
     }
-    if spec.starts_with('@') {
-        let kind = match spec {
-            "@yearly" | "@annually" => spec_of("0 0 1 1 *"),
-            "@monthly" => spec_of("0 0 1 * *"),
-            "@weekly" => spec_of("0 0 * * 0"),
-            "@daily" | "@midnight" => spec_of("0 0 * * *"),
-            "@hourly" => spec_of("0 * * * *"),
-            _ => match spec.strip_prefix("@every ") {
-                Some(d) => {
-                    let secs = go_duration(d)
-                        .map_err(|e| format!("failed to parse duration {spec}: {e}"))?;
-                    Kind::Every((secs.floor() as i64).max(1))
-                }
-                None => return Err(format!("unrecognized descriptor: {spec}")),
-            },
-        };
-        return Ok(Schedule { kind, tz });
-    }
-    let fields: Vec<&str> = spec.split_whitespace().collect();
-    if fields.len() != 5 {
-        return Err(format!(
-            "expected exactly 5 fields, found {}: [{}]",
-            fields.len(),
-            fields.join(" ")
-        ));
-    }
-    Ok(Schedule {
-        kind: Kind::Spec {
-            minute: field_bits(fields[0], &MINUTES)?,
-            hour: field_bits(fields[1], &HOURS)?,
-            dom: field_bits(fields[2], &DOM)?,
-            month: field_bits(fields[3], &MONTHS)?,
-            dow: field_bits(fields[4], &DOW)?,
+    let kind = match parse_spec(spec)? {
+        Spec::Fields {
+            minute,
+            hour,
+            dom,
+            month,
+            dow,
+        } => Kind::Spec {
+            minute,
+            hour,
+            dom,
+            month,
+            dow,
         },
-        tz,
-    })
+        Spec::Every(secs) => Kind::Every((secs.floor() as i64).max(1)),
+    };
+    Ok(Schedule { kind, tz })
 }
 
 fn bit(set: u64, i: i8) -> bool {

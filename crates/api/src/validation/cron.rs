@@ -59,6 +59,26 @@ const DOW: Bounds = Bounds {
     ],
 };
 
+/// A field given as `*` or `?` (robfig/cron's star bit, which makes day-of-month and
+/// day-of-week match as "either" rather than "both").
+pub const STAR: u64 = 1 << 63;
+
+/// A schedule without its `TZ=` prefix, parsed as robfig/cron's standard parser.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Spec {
+    /// Bit sets of the allowed minutes, hours, days of month, months and weekdays (with
+    /// [`STAR`] for a field given as `*` or `?`).
+    Fields {
+        minute: u64,
+        hour: u64,
+        dom: u64,
+        month: u64,
+        dow: u64,
+    },
+    /// `@every <duration>`, in seconds (Go's `time.ParseDuration`).
+    Every(f64),
+}
+
 /// Parse a schedule the way `cron.ParseStandard` does; `Err` holds its message.
 pub fn parse_standard(spec: &str) -> Result<(), String> {
     if spec.is_empty() {
@@ -82,6 +102,12 @@ pub fn parse_standard(spec: &str) -> Result<(), String> {
         }
         spec = spec[sp..].trim();
     }
+    parse_spec(spec).map(|_| ())
+}
+
+/// Parse a schedule whose `TZ=` prefix (if any) has been taken off: a descriptor or five
+/// fields. `Err` holds robfig/cron's message.
+pub fn parse_spec(spec: &str) -> Result<Spec, String> {
     if spec.starts_with('@') {
         return descriptor(spec);
     }
@@ -93,62 +119,84 @@ pub fn parse_standard(spec: &str) -> Result<(), String> {
             fields.join(" ")
         ));
     }
-    for (f, b) in fields.iter().zip([MINUTES, HOURS, DOM, MONTHS, DOW].iter()) {
-        for expr in f.split(',').filter(|e| !e.is_empty()) {
-            range(expr, b)?;
-        }
-    }
-    Ok(())
+    Ok(Spec::Fields {
+        minute: field_bits(fields[0], &MINUTES)?,
+        hour: field_bits(fields[1], &HOURS)?,
+        dom: field_bits(fields[2], &DOM)?,
+        month: field_bits(fields[3], &MONTHS)?,
+        dow: field_bits(fields[4], &DOW)?,
+    })
 }
 
-fn descriptor(d: &str) -> Result<(), String> {
+fn descriptor(d: &str) -> Result<Spec, String> {
+    let expand = |five: &str| parse_spec(five);
     match d {
-        "@yearly" | "@annually" | "@monthly" | "@weekly" | "@daily" | "@midnight" | "@hourly" => {
-            Ok(())
-        }
+        "@yearly" | "@annually" => expand("0 0 1 1 *"),
+        "@monthly" => expand("0 0 1 * *"),
+        "@weekly" => expand("0 0 * * 0"),
+        "@daily" | "@midnight" => expand("0 0 * * *"),
+        "@hourly" => expand("0 * * * *"),
         _ => match d.strip_prefix("@every ") {
-            Some(dur) => {
-                if go_duration_ok(dur) {
-                    Ok(())
-                } else {
-                    Err(format!(
-                        "failed to parse duration {d}: time: invalid duration {}",
-                        crate::field::go_quote(dur)
-                    ))
-                }
-            }
+            Some(dur) => go_duration(dur)
+                .map(Spec::Every)
+                .map_err(|e| format!("failed to parse duration {d}: {e}")),
             None => Err(format!("unrecognized descriptor: {d}")),
         },
     }
 }
 
-/// A Go `time.ParseDuration` syntax check (`1h30m`, `90s`, `1.5h` ...).
-fn go_duration_ok(s: &str) -> bool {
-    let s = s.strip_prefix(['+', '-']).unwrap_or(s);
-    if s == "0" {
-        return true;
+/// Go's `time.ParseDuration`, in seconds; `Err` holds Go's message.
+pub fn go_duration(s: &str) -> Result<f64, String> {
+    let invalid = || format!("time: invalid duration {}", crate::field::go_quote(s));
+    let (neg, mut rest) = match s.strip_prefix('-') {
+        Some(r) => (true, r),
+        None => (false, s.strip_prefix('+').unwrap_or(s)),
+    };
+    if rest == "0" {
+        return Ok(0.0);
     }
-    if s.is_empty() {
-        return false;
+    if rest.is_empty() {
+        return Err(invalid());
     }
-    let mut rest = s;
+    let mut total = 0f64;
     while !rest.is_empty() {
         let n = rest
             .find(|c: char| !(c.is_ascii_digit() || c == '.'))
             .unwrap_or(rest.len());
         if n == 0 || rest[..n] == *"." {
-            return false;
+            return Err(invalid());
         }
+        let number: f64 = rest[..n].parse().map_err(|_| invalid())?;
         rest = &rest[n..];
         let u = rest
             .find(|c: char| c.is_ascii_digit() || c == '.')
             .unwrap_or(rest.len());
-        if !["ns", "us", "µs", "μs", "ms", "s", "m", "h"].contains(&&rest[..u]) {
-            return false;
-        }
+        let unit = &rest[..u];
+        let scale = match unit {
+            "" => {
+                return Err(format!(
+                    "time: missing unit in duration {}",
+                    crate::field::go_quote(s)
+                ))
+            }
+            "ns" => 1e-9,
+            "us" | "µs" | "μs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => {
+                return Err(format!(
+                    "time: unknown unit {} in duration {}",
+                    crate::field::go_quote(unit),
+                    crate::field::go_quote(s)
+                ))
+            }
+        };
+        total += number * scale;
         rest = &rest[u..];
     }
-    true
+    Ok(if neg { -total } else { total })
 }
 
 fn atoi(expr: &str) -> Result<u64, String> {
@@ -179,11 +227,21 @@ fn int_or_name(expr: &str, b: &Bounds) -> Result<u64, String> {
     atoi(expr)
 }
 
-fn range(expr: &str, b: &Bounds) -> Result<(), String> {
+fn field_bits(field: &str, b: &Bounds) -> Result<u64, String> {
+    let mut bits = 0;
+    for expr in field.split(',').filter(|e| !e.is_empty()) {
+        bits |= range_bits(expr, b)?;
+    }
+    Ok(bits)
+}
+
+fn range_bits(expr: &str, b: &Bounds) -> Result<u64, String> {
     let range_and_step: Vec<&str> = expr.split('/').collect();
     let low_high: Vec<&str> = range_and_step[0].split('-').collect();
     let single = low_high.len() == 1;
+    let mut extra = 0;
     let (start, mut end) = if low_high[0] == "*" || low_high[0] == "?" {
+        extra = STAR;
         (b.min, b.max)
     } else {
         let start = int_or_name(low_high[0], b)?;
@@ -200,6 +258,9 @@ fn range(expr: &str, b: &Bounds) -> Result<(), String> {
             let step = atoi(range_and_step[1])?;
             if single {
                 end = b.max;
+            }
+            if step > 1 {
+                extra = 0;
             }
             step
         }
@@ -225,7 +286,16 @@ fn range(expr: &str, b: &Bounds) -> Result<(), String> {
     if step == 0 {
         return Err(format!("step of range should be a positive number: {expr}"));
     }
-    Ok(())
+    let mut bits = 0u64;
+    let mut i = start;
+    while i <= end {
+        bits |= 1 << i;
+        match i.checked_add(step) {
+            Some(n) => i = n,
+            None => break,
+        }
+    }
+    Ok(bits | extra)
 }
 
 /// `validateScheduleFormat`.
