@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 mod controller_manager_cmd;
+mod kubelet_cmd;
 mod scheduler_cmd;
 mod server_cmd;
 mod store_cmd;
@@ -47,6 +48,8 @@ enum Command {
     Scheduler(scheduler_cmd::SchedulerArgs),
     /// Run the controllers alone against an API server (kube-controller-manager's job).
     ControllerManager(controller_manager_cmd::ControllerManagerArgs),
+    /// Run the node agent against an API server and a CRI runtime (the kubelet's job).
+    Kubelet(kubelet_cmd::KubeletArgs),
     /// Read and write the embedded store directly (like etcdctl), for inspection and repair.
     Store(store_cmd::StoreArgs),
     /// Benchmarks against capstan or any other Kubernetes.
@@ -106,6 +109,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
         Command::Store(args) => store_cmd::run(args).await,
         Command::Scheduler(args) => scheduler_cmd::run(args).await,
         Command::ControllerManager(args) => controller_manager_cmd::run(args).await,
+        Command::Kubelet(args) => kubelet_cmd::run(args).await,
         Command::Bench(args) => capstan_bench::run(args).await,
         Command::Debug(cmd) => store_cmd::debug(cmd).await,
     }

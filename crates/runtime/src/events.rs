@@ -40,8 +40,13 @@ pub struct Recorder {
 impl Recorder {
     /// Start a recorder writing through `client`.
     pub fn new(client: Client, component: &str) -> Recorder {
+        Recorder::with_host(client, component, &hostname())
+    }
+
+    /// Start a recorder whose events name `host` as their `source.host` (the kubelet: its node).
+    pub fn with_host(client: Client, component: &str, host: &str) -> Recorder {
         let (tx, rx) = mpsc::channel(BUFFER);
-        tokio::spawn(write(client, component.to_string(), hostname(), rx));
+        tokio::spawn(write(client, component.to_string(), host.to_string(), rx));
         Recorder { tx }
     }
 

@@ -44,7 +44,9 @@ pub struct Informer<K> {
 }
 
 impl<K: Resource + Send + Sync + 'static> Informer<K> {
-    fn new() -> Informer<K> {
+    /// An informer fed by the caller (see [`Informer::run`]), outside any factory: the kubelet
+    /// watches only the pods bound to its node.
+    pub fn new() -> Informer<K> {
         Informer {
             cache: RwLock::new(HashMap::new()),
             handlers: RwLock::new(Vec::new()),

@@ -1,0 +1,177 @@
+//! `capstan kubelet`: the node agent alone, against any API server and any CRI runtime.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use capstan_kubelet::Options;
+use k8s_openapi::api::core::v1::Taint;
+
+use crate::controller_manager_cmd::parse_go_duration;
+
+#[derive(clap::Args, Debug)]
+pub struct KubeletArgs {
+    /// The kubeconfig the kubelet talks to the API server with.
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: PathBuf,
+
+    /// The CRI runtime's socket.
+    #[arg(long, default_value = "unix:///run/containerd/containerd.sock")]
+    pub container_runtime_endpoint: String,
+
+    /// The node's name (the machine's host name by default).
+    #[arg(long)]
+    pub hostname_override: Option<String>,
+
+    /// The kubelet's state: pod volumes, serving certificate.
+    #[arg(long, default_value = "/var/lib/capstan/kubelet")]
+    pub root_dir: PathBuf,
+
+    /// Where container logs are written (Kubernetes: /var/log/pods).
+    #[arg(long, default_value = "/var/log/pods")]
+    pub pod_logs_dir: PathBuf,
+
+    /// The image of every pod's sandbox.
+    #[arg(long, default_value = "registry.k8s.io/pause:3.10")]
+    pub pod_infra_container_image: String,
+
+    /// The node's InternalIP (found from the default route otherwise).
+    #[arg(long)]
+    pub node_ip: Option<IpAddr>,
+
+    /// The address the kubelet's HTTPS server listens on.
+    #[arg(long, default_value = "0.0.0.0")]
+    pub address: IpAddr,
+
+    /// The port of the kubelet's HTTPS server.
+    #[arg(long, default_value_t = 10250)]
+    pub port: u16,
+
+    /// The serving certificate (PEM); self-signed in ROOT_DIR/pki when not given.
+    #[arg(long, value_name = "PATH")]
+    pub tls_cert_file: Option<PathBuf>,
+
+    /// The serving certificate's key (PEM).
+    #[arg(long, value_name = "PATH")]
+    pub tls_private_key_file: Option<PathBuf>,
+
+    /// The most pods this node runs.
+    #[arg(long, default_value_t = 110)]
+    pub max_pods: u32,
+
+    /// How often node status is computed (Go duration).
+    #[arg(long, default_value = "10s", value_parser = parse_go_duration)]
+    pub node_status_update_frequency: Duration,
+
+    /// The node Lease's duration; it is renewed every quarter of it.
+    #[arg(long, default_value_t = 40)]
+    pub node_lease_duration_seconds: i32,
+
+    /// DNS servers for pods with dnsPolicy ClusterFirst (comma separated).
+    #[arg(long, value_delimiter = ',')]
+    pub cluster_dns: Vec<IpAddr>,
+
+    /// The cluster's DNS domain.
+    #[arg(long, default_value = "cluster.local")]
+    pub cluster_domain: String,
+
+    /// A directory of static pod manifests.
+    #[arg(long, value_name = "PATH")]
+    pub pod_manifest_path: Option<PathBuf>,
+
+    /// The CNI configuration directory of the runtime: the kubelet writes the node's
+    /// bridge network there once the node has a podCIDR.
+    #[arg(long, value_name = "PATH")]
+    pub cni_conf_dir: Option<PathBuf>,
+
+    /// Labels to register the node with (key=value,...).
+    #[arg(long, value_delimiter = ',')]
+    pub node_labels: Vec<String>,
+
+    /// Taints to register the node with (key=value:Effect,...).
+    #[arg(long, value_delimiter = ',')]
+    pub register_with_taints: Vec<String>,
+
+    /// How often every pod is synced without a change (Go duration).
+    #[arg(long, default_value = "1m", value_parser = parse_go_duration)]
+    pub sync_frequency: Duration,
+}
+
+fn parse_label(s: &str) -> anyhow::Result<(String, String)> {
+    let (k, v) = s
+        .split_once('=')
+        .with_context(|| format!("node label {s:?}: want key=value"))?;
+    Ok((k.to_string(), v.to_string()))
+}
+
+fn parse_taint(s: &str) -> anyhow::Result<Taint> {
+    let (kv, effect) = s
+        .rsplit_once(':')
+        .with_context(|| format!("taint {s:?}: want key[=value]:Effect"))?;
+    if !matches!(effect, "NoSchedule" | "PreferNoSchedule" | "NoExecute") {
+        anyhow::bail!("taint {s:?}: effect must be NoSchedule, PreferNoSchedule or NoExecute");
+    }
+    let (key, value) = match kv.split_once('=') {
+        Some((k, v)) => (k.to_string(), Some(v.to_string())),
+        None => (kv.to_string(), None),
+    };
+    Ok(Taint {
+        key,
+        value,
+        effect: effect.to_string(),
+        time_added: None,
+    })
+}
+
+impl KubeletArgs {
+    pub fn options(&self) -> anyhow::Result<Options> {
+        let defaults = Options::default();
+        Ok(Options {
+            node_name: self
+                .hostname_override
+                .clone()
+                .map(|n| n.to_lowercase())
+                .unwrap_or(defaults.node_name.clone()),
+            root_dir: self.root_dir.clone(),
+            pod_logs_dir: self.pod_logs_dir.clone(),
+            pod_infra_image: self.pod_infra_container_image.clone(),
+            node_ip: self.node_ip,
+            address: self.address,
+            port: self.port,
+            tls_cert_file: self.tls_cert_file.clone(),
+            tls_private_key_file: self.tls_private_key_file.clone(),
+            max_pods: self.max_pods,
+            node_status_update_frequency: self.node_status_update_frequency,
+            node_lease_duration_seconds: self.node_lease_duration_seconds,
+            cluster_dns: self.cluster_dns.clone(),
+            cluster_domain: self.cluster_domain.clone(),
+            pod_manifest_path: self.pod_manifest_path.clone(),
+            cni_conf_dir: self.cni_conf_dir.clone(),
+            node_labels: self
+                .node_labels
+                .iter()
+                .map(|l| parse_label(l))
+                .collect::<anyhow::Result<BTreeMap<_, _>>>()?,
+            register_with_taints: self
+                .register_with_taints
+                .iter()
+                .map(|t| parse_taint(t))
+                .collect::<anyhow::Result<Vec<_>>>()?,
+            sync_frequency: self.sync_frequency,
+            ..defaults
+        })
+    }
+}
+
+pub async fn run(args: KubeletArgs) -> anyhow::Result<()> {
+    let opts = args.options()?;
+    let config = crate::scheduler_cmd::config(&args.kubeconfig).await?;
+    let client = kube::Client::try_from(config).context("building the API client")?;
+    let runtime = capstan_cri::Cri::connect(&args.container_runtime_endpoint)
+        .map_err(|e| anyhow::anyhow!(e))?;
+    tracing::info!(node = %opts.node_name, runtime = %args.container_runtime_endpoint, "kubelet starting");
+    capstan_kubelet::run(client, Arc::new(runtime), opts).await
+}

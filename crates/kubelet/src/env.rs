@@ -1,0 +1,1 @@
+//! Container environment: env, envFrom and the service variables.

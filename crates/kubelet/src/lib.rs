@@ -1,0 +1,157 @@
+//! The kubelet: the node agent. It registers its Node and keeps it and its Lease fresh
+//! ([`node`]), runs the pods bound to the node through a CRI runtime ([`pods`], with
+//! [`volumes`] and [`env`]), and serves logs, exec, port-forward and stats on port 10250
+//! ([`server`]). It reaches the cluster only through the API server, and the runtime only
+//! through [`capstan_cri::Runtime`].
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use capstan_cri::Runtime;
+use capstan_runtime::informer::Informer;
+use capstan_runtime::Recorder;
+use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use kube::Client;
+use tokio::sync::watch;
+
+pub mod env;
+pub mod node;
+pub mod pods;
+pub mod server;
+pub mod volumes;
+
+/// The version the kubelet reports in `nodeInfo.kubeletVersion` (the API server's version).
+pub const KUBELET_VERSION: &str = "v1.32.0";
+
+/// The kubelet's settings (kubelet flags of the same names).
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The Node's name (--hostname-override; the machine's host name by default).
+    pub node_name: String,
+    /// Where the kubelet keeps pod volumes, its serving certificate and other state
+    /// (--root-dir). Pod directories are `ROOT/pods/<uid>`.
+    pub root_dir: PathBuf,
+    /// Where container logs go: `LOGS/<namespace>_<pod>_<uid>/<container>/<restart>.log`
+    /// (Kubernetes: /var/log/pods).
+    pub pod_logs_dir: PathBuf,
+    /// The image of every pod's sandbox (--pod-infra-container-image).
+    pub pod_infra_image: String,
+    /// The address reported as the node's InternalIP (--node-ip; found from the default
+    /// route otherwise).
+    pub node_ip: Option<IpAddr>,
+    /// Where the kubelet's HTTPS server listens (--address, --port).
+    pub address: IpAddr,
+    pub port: u16,
+    /// The serving certificate and key (PEM); a self-signed pair in ROOT/pki otherwise.
+    pub tls_cert_file: Option<PathBuf>,
+    pub tls_private_key_file: Option<PathBuf>,
+    /// The most pods this node runs (--max-pods).
+    pub max_pods: u32,
+    /// How often node status is computed and written when it changed
+    /// (--node-status-update-frequency).
+    pub node_status_update_frequency: Duration,
+    /// How often node status is written even when unchanged.
+    pub node_status_report_frequency: Duration,
+    /// The node Lease's duration (--node-lease-duration-seconds); it is renewed every
+    /// quarter of it (10 s by default).
+    pub node_lease_duration_seconds: i32,
+    /// The DNS servers and search domain given to pods with dnsPolicy ClusterFirst.
+    pub cluster_dns: Vec<IpAddr>,
+    pub cluster_domain: String,
+    /// A directory of static pod manifests (--pod-manifest-path).
+    pub pod_manifest_path: Option<PathBuf>,
+    /// The CNI configuration directory the runtime reads; the kubelet writes a bridge
+    /// network for node.spec.podCIDR there (None: leave the pod network to someone else).
+    pub cni_conf_dir: Option<PathBuf>,
+    /// Labels and taints the node registers with (--node-labels, --register-with-taints).
+    pub node_labels: BTreeMap<String, String>,
+    pub register_with_taints: Vec<Taint>,
+    /// How often every pod is synced even without a change (--sync-frequency).
+    pub sync_frequency: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            node_name: capstan_runtime::events::hostname().to_lowercase(),
+            root_dir: PathBuf::from("/var/lib/capstan/kubelet"),
+            pod_logs_dir: PathBuf::from("/var/log/pods"),
+            pod_infra_image: "registry.k8s.io/pause:3.10".into(),
+            node_ip: None,
+            address: IpAddr::from([0, 0, 0, 0]),
+            port: 10250,
+            tls_cert_file: None,
+            tls_private_key_file: None,
+            max_pods: 110,
+            node_status_update_frequency: Duration::from_secs(10),
+            node_status_report_frequency: Duration::from_secs(60),
+            node_lease_duration_seconds: 40,
+            cluster_dns: Vec::new(),
+            cluster_domain: "cluster.local".into(),
+            pod_manifest_path: None,
+            cni_conf_dir: None,
+            node_labels: BTreeMap::new(),
+            register_with_taints: Vec::new(),
+            sync_frequency: Duration::from_secs(60),
+        }
+    }
+}
+
+/// What every part of the kubelet shares.
+pub struct Kubelet {
+    pub opts: Options,
+    /// The kubelet's own client (in a real cluster: user `system:node:NAME`, group
+    /// `system:nodes`, so the Node authorizer and NodeRestriction admission govern it).
+    pub client: Client,
+    pub runtime: Arc<dyn Runtime>,
+    /// The pods bound to this node (a watch with fieldSelector spec.nodeName=NAME).
+    pub pods: Arc<Informer<Pod>>,
+    /// Events with source `kubelet` on this node.
+    pub recorder: Recorder,
+    /// This node's Node object as last written or read by [`node`] (None until registered).
+    pub node: watch::Sender<Option<Arc<Node>>>,
+}
+
+impl Kubelet {
+    pub fn new(client: Client, runtime: Arc<dyn Runtime>, opts: Options) -> Arc<Kubelet> {
+        let recorder = Recorder::with_host(client.clone(), "kubelet", &opts.node_name);
+        Arc::new(Kubelet {
+            opts,
+            client,
+            runtime,
+            pods: Arc::new(Informer::new()),
+            recorder,
+            node: watch::channel(None).0,
+        })
+    }
+
+    /// The directory of one pod's state: `ROOT/pods/<uid>`.
+    pub fn pod_dir(&self, uid: &str) -> PathBuf {
+        self.opts.root_dir.join("pods").join(uid)
+    }
+}
+
+/// Run the kubelet until the process ends: start the pod watch, register the node, run the
+/// pod workers and the server.
+pub async fn run(client: Client, runtime: Arc<dyn Runtime>, opts: Options) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&opts.root_dir)?;
+    std::fs::create_dir_all(&opts.pod_logs_dir)?;
+    let k = Kubelet::new(client, runtime, opts);
+
+    let api: kube::Api<Pod> = kube::Api::all(k.client.clone());
+    let selector = format!("spec.nodeName={}", k.opts.node_name);
+    let stream = kube::runtime::watcher::watcher(
+        api,
+        kube::runtime::watcher::Config::default()
+            .fields(&selector)
+            .any_semantic(),
+    );
+    tokio::spawn(k.pods.clone().run(stream, None));
+
+    tokio::spawn(node::run(k.clone()));
+    pods::start(k.clone());
+    server::serve(k).await
+}
