@@ -87,6 +87,10 @@ pub struct KubeletArgs {
     #[arg(long, value_name = "PATH")]
     pub cni_conf_dir: Option<PathBuf>,
 
+    /// The Linux bridge of the node's CNI network.
+    #[arg(long, default_value = "cni0")]
+    pub cni_bridge_name: String,
+
     /// Labels to register the node with (key=value,...).
     #[arg(long, value_delimiter = ',')]
     pub node_labels: Vec<String>,
@@ -161,6 +165,7 @@ impl KubeletArgs {
                 .map(|t| parse_taint(t))
                 .collect::<anyhow::Result<Vec<_>>>()?,
             sync_frequency: self.sync_frequency,
+            cni_bridge: self.cni_bridge_name.clone(),
             ..defaults
         })
     }

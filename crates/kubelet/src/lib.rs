@@ -20,6 +20,7 @@ use tokio::sync::watch;
 pub mod env;
 pub mod node;
 pub mod pods;
+pub mod probes;
 pub mod server;
 pub mod volumes;
 
@@ -71,6 +72,8 @@ pub struct Options {
     pub register_with_taints: Vec<Taint>,
     /// How often every pod is synced even without a change (--sync-frequency).
     pub sync_frequency: Duration,
+    /// The Linux bridge of the node's CNI network (cni0).
+    pub cni_bridge: String,
 }
 
 impl Default for Options {
@@ -96,6 +99,7 @@ impl Default for Options {
             node_labels: BTreeMap::new(),
             register_with_taints: Vec::new(),
             sync_frequency: Duration::from_secs(60),
+            cni_bridge: "cni0".into(),
         }
     }
 }
