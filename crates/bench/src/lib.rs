@@ -9,6 +9,7 @@ pub mod controllers;
 mod duration;
 mod latency;
 pub mod nodes;
+pub mod podstartup;
 pub mod report;
 pub mod scheduler;
 pub mod store;
@@ -41,6 +42,9 @@ pub enum BenchCommand {
     /// Hollow nodes: Nodes that register, heartbeat and "run" their pods without containers,
     /// to exercise a control plane with many nodes.
     Nodes(nodes::NodesArgs),
+    /// Kubernetes' pod start-up latency: many pods created at once on one real node, from
+    /// create to Running as a watch sees it, and the kubelet's memory.
+    Podstartup(podstartup::PodStartupArgs),
 }
 
 /// Run a benchmark subcommand, printing its measurements to stdout.
@@ -52,5 +56,6 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::Scheduler(args) => scheduler::run(args).await,
         BenchCommand::Nodes(args) => nodes::run(args).await,
         BenchCommand::Controllers(args) => controllers::run(args).await,
+        BenchCommand::Podstartup(args) => podstartup::run(args).await,
     }
 }
