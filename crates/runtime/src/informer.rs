@@ -35,6 +35,12 @@ impl<'a, K> Change<'a, K> {
 
 type Handler<K> = Box<dyn Fn(&Change<'_, K>) + Send + Sync>;
 
+impl<K: Resource + Send + Sync + 'static> Default for Informer<K> {
+    fn default() -> Informer<K> {
+        Informer::new()
+    }
+}
+
 /// The cache and handlers of one resource type.
 pub struct Informer<K> {
     /// namespace ("" for cluster-scoped) → name → object.
