@@ -17,6 +17,7 @@ pub mod error;
 pub mod filter;
 pub mod handlers;
 pub mod impersonation;
+pub mod kubelet_proxy;
 pub mod metrics;
 pub mod namespace_defaults;
 pub mod node_authz;
@@ -99,6 +100,8 @@ pub struct ApiServer {
     /// host:port clients use, for discovery's serverAddressByClientCIDRs.
     pub advertise_address: String,
     audit: Option<Arc<audit::AuditLog>>,
+    /// How kubelets are reached (pods/log, pods/exec, nodes/proxy).
+    pub kubelet: kubelet_proxy::KubeletClient,
 }
 
 impl ApiServer {
@@ -175,6 +178,7 @@ impl ApiServer {
             store,
             metrics,
             advertise_address: config.advertise_address.clone(),
+            kubelet: Default::default(),
         });
         server.ensure_system_namespaces().await;
         server.ensure_system_priority_classes().await;
@@ -411,6 +415,9 @@ impl ApiServer {
                 auth::forbidden_message(user, info, &reason),
             );
             return error_response(&e);
+        }
+        if kubelet_proxy::handles(info) {
+            return kubelet_proxy::serve(self, parts, query, info, user, body).await;
         }
         if !info.is_resource {
             return match self.non_resource(&parts.method, info, query, &parts.headers) {

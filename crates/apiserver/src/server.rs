@@ -74,7 +74,7 @@ pub async fn serve(
             });
             let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
             if let Err(e) = builder
-                .serve_connection(TokioIo::new(stream), service)
+                .serve_connection_with_upgrades(TokioIo::new(stream), service)
                 .await
             {
                 tracing::debug!(%peer, error = %e, "connection ended");

@@ -58,6 +58,11 @@ pub struct KubeletArgs {
     #[arg(long, value_name = "PATH")]
     pub tls_private_key_file: Option<PathBuf>,
 
+    /// The CA (PEM) whose client certificates the kubelet's server accepts (the API server's
+    /// kubelet client certificate); the CA of --kubeconfig when not given.
+    #[arg(long, value_name = "PATH")]
+    pub client_ca_file: Option<PathBuf>,
+
     /// The most pods this node runs.
     #[arg(long, default_value_t = 110)]
     pub max_pods: u32,
@@ -65,6 +70,10 @@ pub struct KubeletArgs {
     /// How often node status is computed (Go duration).
     #[arg(long, default_value = "10s", value_parser = parse_go_duration)]
     pub node_status_update_frequency: Duration,
+
+    /// How often node status is written even when nothing changed (Go duration).
+    #[arg(long, default_value = "1m", value_parser = parse_go_duration)]
+    pub node_status_report_frequency: Duration,
 
     /// The node Lease's duration; it is renewed every quarter of it.
     #[arg(long, default_value_t = 40)]
@@ -149,6 +158,7 @@ impl KubeletArgs {
             tls_private_key_file: self.tls_private_key_file.clone(),
             max_pods: self.max_pods,
             node_status_update_frequency: self.node_status_update_frequency,
+            node_status_report_frequency: self.node_status_report_frequency,
             node_lease_duration_seconds: self.node_lease_duration_seconds,
             cluster_dns: self.cluster_dns.clone(),
             cluster_domain: self.cluster_domain.clone(),
@@ -172,8 +182,18 @@ impl KubeletArgs {
 }
 
 pub async fn run(args: KubeletArgs) -> anyhow::Result<()> {
-    let opts = args.options()?;
+    let mut opts = args.options()?;
     let config = crate::scheduler_cmd::config(&args.kubeconfig).await?;
+    opts.client_ca = match &args.client_ca_file {
+        Some(path) => Some(
+            std::fs::read(path)
+                .with_context(|| format!("reading --client-ca-file {}", path.display()))?,
+        ),
+        None => config
+            .root_cert
+            .as_deref()
+            .map(capstan_kubelet::server::pem_bundle),
+    };
     let client = kube::Client::try_from(config).context("building the API client")?;
     let runtime = capstan_cri::Cri::connect(&args.container_runtime_endpoint)
         .map_err(|e| anyhow::anyhow!(e))?;

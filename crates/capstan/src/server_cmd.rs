@@ -202,6 +202,9 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         .await
         .map_err(|e| anyhow::anyhow!(e))?;
     enable.enable(&api).await;
+    api.kubelet
+        .configure(&pki)
+        .map_err(|e| anyhow::anyhow!("issuing the kubelet client certificate: {e}"))?;
     capstan_apiserver::namespace_defaults::spawn(&api, pki.ca_cert_pem().to_string());
     let tls = pki
         .server_tls_config(ClientAuth::Request)

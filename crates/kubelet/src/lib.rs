@@ -49,6 +49,9 @@ pub struct Options {
     /// The serving certificate and key (PEM); a self-signed pair in ROOT/pki otherwise.
     pub tls_cert_file: Option<PathBuf>,
     pub tls_private_key_file: Option<PathBuf>,
+    /// The CA (PEM) whose client certificates the kubelet's server accepts (--client-ca-file;
+    /// `capstan kubelet` falls back to the CA of its kubeconfig). None: bearer tokens only.
+    pub client_ca: Option<Vec<u8>>,
     /// The most pods this node runs (--max-pods).
     pub max_pods: u32,
     /// How often node status is computed and written when it changed
@@ -88,6 +91,7 @@ impl Default for Options {
             port: 10250,
             tls_cert_file: None,
             tls_private_key_file: None,
+            client_ca: None,
             max_pods: 110,
             node_status_update_frequency: Duration::from_secs(10),
             node_status_report_frequency: Duration::from_secs(60),

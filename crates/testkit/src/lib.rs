@@ -4,6 +4,8 @@
 //! `CAPSTAN_ETCD_BIN` says otherwise) on loopback, so that the etcd backend is tested against
 //! the real thing, including members dying mid-test.
 
+pub mod node;
+
 use std::fs::File;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
