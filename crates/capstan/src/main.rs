@@ -9,6 +9,7 @@ mod kubelet_cmd;
 mod scheduler_cmd;
 mod server_cmd;
 mod store_cmd;
+mod up_cmd;
 
 /// The server allocates and frees many small JSON values per request; mimalloc does that
 /// faster than the system allocator (figures in docs/apiserver.md).
@@ -42,6 +43,9 @@ enum LogFormat {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Start a whole single-node cluster in this process: control plane, kubelet and a
+    /// managed containerd.
+    Up(up_cmd::UpArgs),
     /// Run the control plane: the API server over the store, in the data directory.
     Server(server_cmd::ServerArgs),
     /// Run the scheduler alone against an API server (kube-scheduler's job).
@@ -105,6 +109,7 @@ fn main() {
 
 async fn run(command: Command) -> anyhow::Result<()> {
     match command {
+        Command::Up(args) => up_cmd::run(args).await,
         Command::Server(args) => server_cmd::run(args).await,
         Command::Store(args) => store_cmd::run(args).await,
         Command::Scheduler(args) => scheduler_cmd::run(args).await,

@@ -17,11 +17,14 @@ use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use kube::Client;
 use tokio::sync::watch;
 
+pub mod containerd;
 pub mod env;
 pub mod node;
+pub mod pause;
 pub mod pods;
 pub mod probes;
 pub mod server;
+pub mod static_pods;
 pub mod volumes;
 
 /// The version the kubelet reports in `nodeInfo.kubeletVersion` (the API server's version).

@@ -1,0 +1,1 @@
+//! containerd as a child process of capstan, with capstan's own configuration.

@@ -1,0 +1,1 @@
+//! Static pods from a manifest directory, published as mirror pods.
