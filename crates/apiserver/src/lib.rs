@@ -19,6 +19,7 @@ pub mod handlers;
 pub mod impersonation;
 pub mod kubelet_proxy;
 pub mod metrics;
+pub mod metrics_api;
 pub mod namespace_defaults;
 pub mod node_authz;
 pub mod objects;
@@ -102,6 +103,8 @@ pub struct ApiServer {
     audit: Option<Arc<audit::AuditLog>>,
     /// How kubelets are reached (pods/log, pods/exec, nodes/proxy).
     pub kubelet: kubelet_proxy::KubeletClient,
+    /// The kubelet scrapes metrics.k8s.io answers from.
+    pub metrics_api: metrics_api::MetricsApi,
 }
 
 impl ApiServer {
@@ -179,6 +182,7 @@ impl ApiServer {
             metrics,
             advertise_address: config.advertise_address.clone(),
             kubelet: Default::default(),
+            metrics_api: Default::default(),
         });
         server.ensure_system_namespaces().await;
         server.ensure_system_priority_classes().await;
@@ -419,6 +423,9 @@ impl ApiServer {
         if kubelet_proxy::handles(info) {
             return kubelet_proxy::serve(self, parts, query, info, user, body).await;
         }
+        if metrics_api::handles(info) {
+            return metrics_api::serve(self, parts, query, info).await;
+        }
         if !info.is_resource {
             return match self.non_resource(&parts.method, info, query, &parts.headers) {
                 Ok(r) => r,
@@ -651,7 +658,8 @@ impl ApiServer {
             .unwrap_or("");
         let path = info.path.trim_end_matches('/');
         let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-        let custom = self.custom.infos();
+        let mut custom = self.custom.infos();
+        custom.extend(metrics_api::RESOURCES);
         match parts.as_slice() {
             ["version"] => Ok(value_response(200, &version_info())),
             ["api"] => Ok(match discovery::wants_aggregated(accept) {
@@ -706,14 +714,43 @@ impl ApiServer {
                 Ok(r)
             }
             ["openapi", "v2"] => {
-                if accept.contains("protobuf") && !accept.contains("json") {
+                // JSON, or gnostic's protobuf (what client-go's discovery client asks for);
+                // one ETag for both, the response varying on Accept.
+                use capstan_api::openapi::v2proto::{self, Format};
+                let Some(format) = v2proto::negotiate(accept) else {
                     return Err(ApiError::new(
                         406,
                         "NotAcceptable",
-                        "only application/json is served for /openapi/v2",
+                        "only application/json and application/com.github.proto-openapi.spec.v2.v1.0+protobuf are served for /openapi/v2",
                     ));
+                };
+                let etag = v2proto::etag();
+                let fresh = headers
+                    .get(http::header::IF_NONE_MATCH)
+                    .and_then(|v| v.to_str().ok())
+                    .is_some_and(|v| v.split(',').any(|t| t.trim() == etag || t.trim() == "*"));
+                let mut r = match format {
+                    _ if fresh => {
+                        let mut r = json_response(304, Bytes::new());
+                        r.headers_mut().remove(http::header::CONTENT_TYPE);
+                        r
+                    }
+                    Format::Json => json_response(200, capstan_api::openapi::v2_bytes()),
+                    Format::Protobuf => {
+                        let mut r = json_response(200, v2proto::v2_bytes());
+                        r.headers_mut().insert(
+                            http::header::CONTENT_TYPE,
+                            http::HeaderValue::from_static(v2proto::CONTENT_TYPE),
+                        );
+                        r
+                    }
+                };
+                if let Ok(v) = http::HeaderValue::from_str(etag) {
+                    r.headers_mut().insert(http::header::ETAG, v);
                 }
-                Ok(json_response(200, capstan_api::openapi::v2_bytes()))
+                r.headers_mut()
+                    .insert(http::header::VARY, http::HeaderValue::from_static("Accept"));
+                Ok(r)
             }
             ["openapi", "v3"] => Ok(json_response(200, capstan_api::openapi::v3_index_bytes())),
             ["openapi", "v3", rest @ ..] => capstan_api::openapi::v3_bytes(&rest.join("/"))

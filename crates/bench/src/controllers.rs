@@ -13,6 +13,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher::{self, Event};
+use kube::runtime::WatchStreamExt;
 use kube::Api;
 use serde_json::json;
 
@@ -109,7 +110,8 @@ pub async fn measure(args: &ControllersArgs) -> Result<ControllersMeasurement> {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let watch = tokio::spawn(async move {
         let mut seen = std::collections::HashSet::new();
-        let mut stream = std::pin::pin!(watcher::watcher(pods, watcher::Config::default()));
+        let mut stream =
+            std::pin::pin!(watcher::watcher(pods, watcher::Config::default()).default_backoff());
         while let Some(ev) = stream.next().await {
             if let Ok(Event::Apply(p) | Event::InitApply(p)) = ev {
                 if seen.insert(p.metadata.uid.unwrap_or_default())

@@ -20,6 +20,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::watcher::{self, Event};
+use kube::runtime::WatchStreamExt;
 use kube::{Api, Client};
 use serde_json::json;
 use std::sync::Mutex;
@@ -243,7 +244,7 @@ impl Kubelet {
     async fn run(self: Arc<Self>) -> Result<()> {
         let pods: Api<Pod> = Api::all(self.client.clone());
         let cfg = watcher::Config::default().fields("spec.nodeName!=");
-        let mut stream = std::pin::pin!(watcher::watcher(pods, cfg));
+        let mut stream = std::pin::pin!(watcher::watcher(pods, cfg).default_backoff());
         while let Some(ev) = stream.next().await {
             match ev {
                 Ok(Event::Apply(p)) | Ok(Event::InitApply(p)) => self.clone().observe(p),

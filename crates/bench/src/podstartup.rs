@@ -14,6 +14,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{DeleteParams, PostParams};
 use kube::runtime::watcher::{self, Event};
+use kube::runtime::WatchStreamExt;
 use kube::Api;
 use serde_json::json;
 
@@ -178,8 +179,12 @@ async fn measure_in(
         let mut stream = std::pin::pin!(watcher::watcher(
             watch_api,
             watcher::Config::default().labels("bench=podstartup")
-        ));
+        )
+        .default_backoff());
         while let Some(ev) = stream.next().await {
+            if let Err(e) = &ev {
+                tracing::warn!(error = %e, "pod watch failed; retrying");
+            }
             if let Ok(Event::Apply(p) | Event::InitApply(p)) = ev {
                 if is_running(&p) {
                     let name = p.metadata.name.clone().unwrap_or_default();

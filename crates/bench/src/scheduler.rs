@@ -14,6 +14,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
+use kube::runtime::WatchStreamExt;
 use kube::{Api, Client};
 use serde_json::{json, Value};
 
@@ -279,7 +280,7 @@ async fn measure(
     let watch_pods = pods.clone();
     let watching = tokio::spawn(async move {
         let mut bound: HashSet<String> = HashSet::new();
-        let stream = watcher::watcher(watch_pods, watcher::Config::default());
+        let stream = watcher::watcher(watch_pods, watcher::Config::default()).default_backoff();
         futures::pin_mut!(stream);
         let mut ready = Some(ready_tx);
         let mut done = Some(done_tx);

@@ -70,6 +70,53 @@ pub struct ServerArgs {
 }
 
 pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
+    let shutdown = async {
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("stopping");
+    };
+    let started = start(args, shutdown, &|_| {}).await?;
+    eprintln!(
+        "capstan: API server ready on {}; try: kubectl --kubeconfig {} get namespaces",
+        started.server_url,
+        started.kubeconfig.display()
+    );
+    started.serve.await;
+    Ok(())
+}
+
+// ---- The control plane as a part of a larger process (`capstan up`) ----
+
+/// A control plane that is listening, with the controllers and scheduler started; it answers
+/// requests once `serve` is polled, until the shutdown future given to [`start`] resolves.
+pub(crate) struct Started {
+    /// `https://127.0.0.1:PORT`.
+    pub server_url: String,
+    /// DATA_DIR/admin.kubeconfig.
+    pub kubeconfig: PathBuf,
+    /// The cluster's certificates (its CA signs client certificates for in-process components).
+    pub pki: Arc<Pki>,
+    pub serve: std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>,
+}
+
+impl ServerArgs {
+    pub(crate) fn data_dir(&self) -> &std::path::Path {
+        &self.data_dir
+    }
+
+    /// The address the API server listens on.
+    pub(crate) fn listen_addr(&self) -> SocketAddr {
+        SocketAddr::new(self.bind_address, self.secure_port)
+    }
+}
+
+/// Open the store, prepare the certificates and kubeconfigs, bind the port, build the API
+/// server and start the controllers and scheduler (as `capstan server` does). `progress` hears
+/// `"store"` once the store is open.
+pub(crate) async fn start(
+    args: ServerArgs,
+    shutdown: impl std::future::Future<Output = ()> + 'static,
+    progress: &dyn Fn(&str),
+) -> anyhow::Result<Started> {
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("creating the data directory {}", args.data_dir.display()))?;
     let store: Arc<dyn Store> = if args.etcd_servers.is_empty() {
@@ -87,6 +134,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
             .context("connecting to etcd")?,
         )
     };
+    progress("store");
 
     // The address other nodes and pods reach us at (the `kubernetes` Endpoints); local clients
     // use the bind address, or loopback when listening everywhere.
@@ -210,10 +258,6 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         .server_tls_config(ClientAuth::Request)
         .context("building the TLS configuration")?;
     tracing::info!(%addr, kubeconfig = %kubeconfig.display(), "API server ready");
-    eprintln!(
-        "capstan: API server ready on {server_url}; try: kubectl --kubeconfig {} get namespaces",
-        kubeconfig.display()
-    );
     if !args.disable_controller_manager {
         let kubeconfig = args
             .data_dir
@@ -252,12 +296,15 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
             }
         });
     }
-    capstan_apiserver::server::serve(listener, tls, api, async {
-        let _ = tokio::signal::ctrl_c().await;
-        tracing::info!("stopping");
+    let serve = Box::pin(capstan_apiserver::server::serve(
+        listener, tls, api, shutdown,
+    ));
+    Ok(Started {
+        server_url,
+        kubeconfig,
+        pki,
+        serve,
     })
-    .await;
-    Ok(())
 }
 
 /// The `local-path` StorageClass, marked default, whose volumes the controller manager's

@@ -17,11 +17,13 @@
 //!   compiled-in types. The built-in schemas carry no patch strategies (k8s-openapi does not
 //!   have them), so that media type is only advertised once [`set_patch_metadata`] supplies
 //!   them: kubectl then patches exactly as against Kubernetes.
-//! - `/openapi/v2` is only read as protobuf by client-go; this module serves it as JSON.
+//! - `/openapi/v2` is served as JSON and, for client-go (which reads only that), as gnostic's
+//!   OpenAPIv2 protobuf ([`v2proto`]).
 
 mod paths;
 #[cfg(test)]
 mod tests;
+pub mod v2proto;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::OnceLock;

@@ -498,7 +498,7 @@ async fn connect(
 }
 
 /// Send one request to the kubelet (a fresh connection, kept for an upgrade).
-async fn send(
+pub(crate) async fn send(
     api: &ApiServer,
     target: &Target,
     req: Request<Full<Bytes>>,

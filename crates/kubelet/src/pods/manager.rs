@@ -66,6 +66,8 @@ pub struct Manager {
     /// Admitted pods that may still run containers (what admission counts).
     pub active: Mutex<HashSet<String>>,
     pub memory_capacity: i64,
+    /// The static pods (from --pod-manifest-path); their status goes to their mirror pods.
+    pub statics: crate::static_pods::StaticPods,
 }
 
 impl Manager {
@@ -97,6 +99,7 @@ impl Manager {
             cleaning: Mutex::new(HashSet::new()),
             active: Mutex::new(HashSet::new()),
             memory_capacity: memory_capacity(),
+            statics: Default::default(),
         }
     }
 
@@ -207,14 +210,18 @@ impl Manager {
     }
 
     /// The freshest copy of the pod the kubelet has: the informer's, or what the last write
-    /// returned when that is newer.
+    /// returned when that is newer. For a static pod: its mirror pod.
     fn base_pod(&self, pod: &Pod) -> Option<Pod> {
         let uid = pod_uid(pod);
-        let cached = self
-            .k
-            .pods
-            .get(pod_namespace(pod), pod_name(pod))
-            .filter(|p| pod_uid(p) == uid)?;
+        let cached = if self.statics.contains(uid) {
+            crate::static_pods::mirror_of(&self.k, pod)?
+        } else {
+            self.k
+                .pods
+                .get(pod_namespace(pod), pod_name(pod))
+                .filter(|p| pod_uid(p) == uid)?
+        };
+        let target = pod_uid(&cached).to_string();
         let rv = |p: &Pod| {
             p.metadata
                 .resource_version
@@ -222,7 +229,12 @@ impl Manager {
                 .and_then(|v| v.parse::<u64>().ok())
                 .unwrap_or(0)
         };
-        let written = self.written.lock().get(uid).cloned();
+        let written = self
+            .written
+            .lock()
+            .get(uid)
+            .filter(|w| pod_uid(w) == target)
+            .cloned();
         Some(match written {
             Some(w) if rv(&w) > rv(&cached) => w,
             _ => (*cached).clone(),
@@ -235,6 +247,8 @@ impl Manager {
             // Gone from the API (or replaced by a pod of the same name).
             return Ok(());
         };
+        // The API object written: the pod itself, or a static pod's mirror pod.
+        let target = pod_uid(&base).to_string();
         let api: Api<Pod> = Api::namespaced(self.k.client.clone(), pod_namespace(pod));
         for _ in 0..5 {
             let current = base.status.clone().unwrap_or_default();
@@ -255,7 +269,7 @@ impl Manager {
                 }
                 Err(kube::Error::Api(s)) if s.code == 409 => {
                     match api.get_opt(pod_name(pod)).await {
-                        Ok(Some(p)) if pod_uid(&p) == uid => base = p,
+                        Ok(Some(p)) if pod_uid(&p) == target => base = p,
                         Ok(_) => return Ok(()),
                         Err(e) => return Err(e.to_string()),
                     }

@@ -46,20 +46,31 @@ pub fn start_with(m: Arc<Manager>) {
     {
         let m = m.clone();
         m.k.pods.clone().on_change(move |c| match c {
+            // Mirror pods stand for static pods: they only wake the static pod's worker.
+            Change::Add(p) | Change::Update { new: p, .. } | Change::Delete(p)
+                if crate::static_pods::is_mirror(p) =>
+            {
+                crate::static_pods::mirror_changed(&m, p)
+            }
             Change::Add(p) | Change::Update { new: p, .. } => ensure_worker(&m, p),
             Change::Delete(p) => m.wake(util::pod_uid(p)),
         });
     }
     // Pods the informer took before the handler was registered.
     for p in m.k.pods.list() {
-        ensure_worker(&m, &p);
+        if !crate::static_pods::is_mirror(&p) {
+            ensure_worker(&m, &p);
+        }
     }
+    // Static pods get their workers before the first relist (which removes what belongs to
+    // no known pod).
+    crate::static_pods::start(&m);
     tokio::spawn(pleg::run(m.clone()));
     tokio::spawn(housekeeping(m));
 }
 
 /// Hand the newest pod to its worker, starting one for a new UID.
-fn ensure_worker(m: &Arc<Manager>, pod: &Arc<Pod>) {
+pub(crate) fn ensure_worker(m: &Arc<Manager>, pod: &Arc<Pod>) {
     let uid = util::pod_uid(pod);
     if uid.is_empty() {
         return;
@@ -69,7 +80,7 @@ fn ensure_worker(m: &Arc<Manager>, pod: &Arc<Pod>) {
         w.update(pod.clone());
         return;
     }
-    let w = worker::Worker::new(pod.clone());
+    let w = worker::Worker::with_source(pod.clone(), m.statics.contains(uid));
     workers.insert(uid.to_string(), w.clone());
     drop(workers);
     tokio::spawn(worker::run(m.clone(), w));

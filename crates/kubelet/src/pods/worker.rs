@@ -27,16 +27,24 @@ pub struct Worker {
     /// The newest version of the pod seen (kept after it is deleted from the API).
     pod: Mutex<Arc<Pod>>,
     notify: Notify,
+    /// A static pod: it comes from [`Manager::statics`], not from the API.
+    static_pod: bool,
 }
 
 impl Worker {
     pub fn new(pod: Arc<Pod>) -> Arc<Worker> {
+        Worker::with_source(pod, false)
+    }
+
+    /// A worker for an API pod or (`static_pod`) a static pod.
+    pub fn with_source(pod: Arc<Pod>, static_pod: bool) -> Arc<Worker> {
         Arc::new(Worker {
             uid: pod_uid(&pod).to_string(),
             namespace: pod_namespace(&pod).to_string(),
             name: pod_name(&pod).to_string(),
             pod: Mutex::new(pod),
             notify: Notify::new(),
+            static_pod,
         })
     }
 
@@ -57,6 +65,15 @@ impl Worker {
 
     /// The pod as the API has it now, or the last version seen and `true` when it is gone.
     fn current(&self, m: &Manager) -> (Arc<Pod>, bool) {
+        if self.static_pod {
+            return match m.statics.get(&self.uid) {
+                Some(p) => {
+                    *self.pod.lock() = p.clone();
+                    (p, false)
+                }
+                None => (self.pod.lock().clone(), true),
+            };
+        }
         match m
             .k
             .pods
@@ -285,6 +302,9 @@ async fn sync_pod(m: &Manager, pod: &Arc<Pod>) -> Result<Outcome, String> {
     }
     if terminal {
         return Ok(Outcome::Terminal);
+    }
+    if m.statics.contains(uid) {
+        crate::static_pods::sync_mirror(m, pod).await;
     }
 
     let dir = m.k.pod_dir(uid);

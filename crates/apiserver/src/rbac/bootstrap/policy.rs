@@ -89,6 +89,15 @@ pub(super) fn cluster_roles() -> Vec<Value> {
         ),
         labelled_cluster_role("system:aggregate-to-edit", &[TO_EDIT], aggregate_to_edit()),
         labelled_cluster_role("system:aggregate-to-view", &[TO_VIEW], aggregate_to_view()),
+        // Not a Kubernetes bootstrap role: metrics-server installs it with the metrics.k8s.io
+        // API (k3s ships it); capstan serves that API itself, so it brings the role too.
+        labelled_cluster_role(
+            "system:aggregated-metrics-reader",
+            &[TO_VIEW, TO_EDIT, TO_ADMIN],
+            vec![rule(READ)
+                .groups(&["metrics.k8s.io"])
+                .resources(&["pods", "nodes"])],
+        ),
         cluster_role(
             "system:heapster",
             vec![
