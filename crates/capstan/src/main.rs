@@ -23,9 +23,10 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
     about = "Kubernetes, rebuilt in Rust as one fast binary"
 )]
 struct Cli {
-    /// Log filter, as RUST_LOG (for example `info,capstan_store=debug`).
-    #[arg(long, global = true, default_value = "info", env = "CAPSTAN_LOG")]
-    log_level: String,
+    /// Log filter, as RUST_LOG (for example `info,capstan_store=debug`); `info` by default,
+    /// `warn` for `capstan up`, whose progress display says what starts.
+    #[arg(long, global = true, env = "CAPSTAN_LOG")]
+    log_level: Option<String>,
 
     /// Log format: text or json.
     #[arg(long, global = true, default_value = "text")]
@@ -90,7 +91,14 @@ fn init_logging(filter: &str, format: LogFormat) {
 
 fn main() {
     let cli = Cli::parse();
-    init_logging(&cli.log_level, cli.log_format);
+    let default_level = match cli.command {
+        Command::Up(_) => "warn",
+        _ => "info",
+    };
+    init_logging(
+        cli.log_level.as_deref().unwrap_or(default_level),
+        cli.log_format,
+    );
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
