@@ -178,8 +178,22 @@ fn static_pods_run_and_are_mirrored() {
     assert_eq!(p["status"]["containerStatuses"][0]["restartCount"], 0);
     assert!(task_running(&kubelet, &first));
 
-    // Deleting the mirror pod: it comes back (new UID), the container keeps running.
-    server.ok(&["delete", "pod", POD, "--timeout=60s"]);
+    // Deleting the mirror pod: the kubelet force-deletes it and creates it anew (new UID),
+    // the container keeps running. kubectl's own wait is not used: kubectl 1.32 hangs when the
+    // object is re-created between the GET and the LIST of its wait (kubernetes/kubectl#1803),
+    // which a kubelet that replaces the mirror pod within milliseconds often does. What it
+    // waits for, the old UID gone, is checked here instead, within kubectl's 60 s.
+    let deleting = Instant::now();
+    let out = server.ok(&["delete", "pod", POD, "--wait=false"]);
+    assert_eq!(out.trim(), format!("pod \"{POD}\" deleted"));
+    wait_pod(&server, &kubelet, "old mirror pod gone", |p| {
+        s(p, "/metadata/uid") != mirror_uid
+    });
+    assert!(
+        deleting.elapsed() < Duration::from_secs(60),
+        "the mirror pod took {:?} to go",
+        deleting.elapsed()
+    );
     let p = wait_pod(&server, &kubelet, "mirror pod recreated", |p| {
         !p.is_null() && s(p, "/metadata/uid") != mirror_uid && running(p)
     });
