@@ -108,6 +108,11 @@ pub struct KubeletArgs {
     #[arg(long, value_delimiter = ',')]
     pub register_with_taints: Vec<String>,
 
+    /// Hard eviction thresholds (`memory.available<100Mi,nodefs.available<10%,nodefs.inodesFree<5%`
+    /// by default; signals not named keep their default).
+    #[arg(long, default_value = "", value_parser = capstan_kubelet::EvictionHard::parse)]
+    pub eviction_hard: capstan_kubelet::EvictionHard,
+
     /// How often every pod is synced without a change (Go duration).
     #[arg(long, default_value = "1m", value_parser = parse_go_duration)]
     pub sync_frequency: Duration,
@@ -176,6 +181,7 @@ impl KubeletArgs {
                 .collect::<anyhow::Result<Vec<_>>>()?,
             sync_frequency: self.sync_frequency,
             cni_bridge: self.cni_bridge_name.clone(),
+            eviction_hard: self.eviction_hard,
             ..defaults
         })
     }

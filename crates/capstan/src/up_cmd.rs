@@ -65,6 +65,11 @@ struct NodeFlags {
     #[arg(long, default_value = "cni0")]
     cni_bridge_name: String,
 
+    /// Hard eviction thresholds (`memory.available<100Mi,nodefs.available<10%,nodefs.inodesFree<5%`
+    /// by default; signals not named keep their default).
+    #[arg(long, default_value = "", value_parser = capstan_kubelet::EvictionHard::parse)]
+    eviction_hard: capstan_kubelet::EvictionHard,
+
     /// The CNI configuration directory the runtime reads (default: the managed containerd's,
     /// DATA_DIR/containerd/cni; /etc/cni/net.d with --container-runtime-endpoint).
     #[arg(long, value_name = "DIR")]
@@ -285,6 +290,7 @@ async fn bring_up(
         client_ca: Some(pki.ca_cert_pem().as_bytes().to_vec()),
         cni_conf_dir: Some(cni_conf_dir),
         cni_bridge: args.cni_bridge_name.clone(),
+        eviction_hard: args.eviction_hard,
         ..defaults
     };
     let cri = capstan_cri::Cri::connect(&endpoint).map_err(|e| anyhow::anyhow!(e))?;

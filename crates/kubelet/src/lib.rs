@@ -80,6 +80,8 @@ pub struct Options {
     pub sync_frequency: Duration,
     /// The Linux bridge of the node's CNI network (cni0).
     pub cni_bridge: String,
+    /// Hard eviction thresholds (--eviction-hard).
+    pub eviction_hard: EvictionHard,
 }
 
 impl Default for Options {
@@ -107,8 +109,89 @@ impl Default for Options {
             register_with_taints: Vec::new(),
             sync_frequency: Duration::from_secs(60),
             cni_bridge: "cni0".into(),
+            eviction_hard: EvictionHard::default(),
         }
     }
+}
+
+/// Hard eviction thresholds (--eviction-hard): past one, the node reports the matching
+/// pressure condition; node allocatable also reserves them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct EvictionHard {
+    /// memory.available, bytes.
+    pub memory_available: u64,
+    /// nodefs.available, a fraction of the filesystem (float32, as Kubernetes keeps it).
+    pub nodefs_available: f32,
+    /// nodefs.inodesFree, a fraction of the inodes.
+    pub nodefs_inodes_free: f32,
+}
+
+impl Default for EvictionHard {
+    /// Kubernetes' defaults on Linux: memory.available<100Mi, nodefs.available<10%,
+    /// nodefs.inodesFree<5%.
+    fn default() -> EvictionHard {
+        EvictionHard {
+            memory_available: 100 * 1024 * 1024,
+            nodefs_available: 0.1,
+            nodefs_inodes_free: 0.05,
+        }
+    }
+}
+
+impl EvictionHard {
+    /// Parse `signal<quantity|percent,...` (for example `memory.available<200Mi,nodefs.available<5%`);
+    /// signals not named keep their defaults.
+    pub fn parse(text: &str) -> Result<EvictionHard, String> {
+        let mut out = EvictionHard::default();
+        for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let (signal, value) = item
+                .split_once('<')
+                .ok_or_else(|| format!("eviction threshold {item:?}: want signal<value"))?;
+            let fraction = |v: &str| -> Result<f32, String> {
+                let pct: f32 = v
+                    .strip_suffix('%')
+                    .and_then(|n| n.parse().ok())
+                    .filter(|n: &f32| (0.0..=100.0).contains(n))
+                    .ok_or_else(|| format!("eviction threshold {item:?}: want a percentage"))?;
+                Ok(pct / 100.0)
+            };
+            match signal {
+                "memory.available" => {
+                    out.memory_available = parse_bytes(value)
+                        .ok_or_else(|| format!("eviction threshold {item:?}: bad quantity"))?
+                }
+                "nodefs.available" => out.nodefs_available = fraction(value)?,
+                "nodefs.inodesFree" => out.nodefs_inodes_free = fraction(value)?,
+                "imagefs.available" | "imagefs.inodesFree" | "pid.available" => {}
+                _ => {
+                    return Err(format!(
+                        "eviction threshold {item:?}: unknown signal {signal:?}"
+                    ))
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// `100Mi`, `1G`, `1048576` as bytes.
+fn parse_bytes(text: &str) -> Option<u64> {
+    let units: [(&str, u64); 8] = [
+        ("Ki", 1 << 10),
+        ("Mi", 1 << 20),
+        ("Gi", 1 << 30),
+        ("Ti", 1 << 40),
+        ("k", 1_000),
+        ("M", 1_000_000),
+        ("G", 1_000_000_000),
+        ("T", 1_000_000_000_000),
+    ];
+    for (suffix, mult) in units {
+        if let Some(n) = text.strip_suffix(suffix) {
+            return n.parse::<u64>().ok()?.checked_mul(mult);
+        }
+    }
+    text.parse().ok()
 }
 
 /// What every part of the kubelet shares.
@@ -165,4 +248,20 @@ pub async fn run(client: Client, runtime: Arc<dyn Runtime>, opts: Options) -> an
     tokio::spawn(node::run(k.clone()));
     pods::start(k.clone());
     server::serve(k).await
+}
+
+#[cfg(test)]
+mod eviction_tests {
+    use super::EvictionHard;
+
+    #[test]
+    fn eviction_hard_parses_and_keeps_defaults() {
+        let e = EvictionHard::parse("memory.available<200Mi,nodefs.available<1%").unwrap();
+        assert_eq!(e.memory_available, 200 << 20);
+        assert!((e.nodefs_available - 0.01).abs() < 1e-6);
+        assert!((e.nodefs_inodes_free - 0.05).abs() < 1e-6);
+        assert!(EvictionHard::parse("disk<1%").is_err());
+        assert!(EvictionHard::parse("nodefs.available<x").is_err());
+        assert!(EvictionHard::parse("memory.available<lots").is_err());
+    }
 }

@@ -473,6 +473,12 @@ impl Server {
         arg("--cni-conf-dir", &containerd.cni_conf_dir());
         arg("--cni-bridge-name", &bridge);
         arg("--node-status-update-frequency", &"2s");
+        // As kind does: the test machine's disk may be fuller than Kubernetes' 10% default,
+        // and DiskPressure would taint the node.
+        arg(
+            "--eviction-hard",
+            &"nodefs.available<1%,nodefs.inodesFree<1%",
+        );
         args.extend(extra.iter().map(std::ffi::OsString::from));
         let child = spawn_kubelet(dir.path(), &args);
         Kubelet {

@@ -158,11 +158,12 @@ struct Computed {
 
 impl Agent {
     pub fn new(k: Arc<Kubelet>) -> Agent {
+        let thresholds = k.opts.eviction_hard;
         Agent {
             nodes: Api::all(k.client.clone()),
             k,
             runtime: Mutex::new(RuntimeState::default()),
-            pressure: Mutex::new(PressureTracker::default()),
+            pressure: Mutex::new(PressureTracker::new(thresholds)),
             images: Mutex::new(None),
             applied_pod_cidr: tokio::sync::Mutex::new(None),
             last_report: Mutex::new(None),
@@ -269,6 +270,7 @@ impl Agent {
             node_name: opts.node_name.clone(),
             machine,
             max_pods: opts.max_pods,
+            eviction: opts.eviction_hard,
             rootfs,
             pressure,
             runtime,

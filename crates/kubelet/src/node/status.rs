@@ -22,12 +22,6 @@ pub const MAX_IMAGES_IN_NODE_STATUS: usize = 50;
 /// At most this many names are reported per image.
 pub const MAX_NAMES_PER_IMAGE: usize = 5;
 
-/// Kubernetes' default hard eviction thresholds on Linux, which node allocatable also
-/// reserves: memory.available<100Mi, nodefs.available<10%, nodefs.inodesFree<5%.
-pub const EVICTION_MEMORY_AVAILABLE: u64 = 100 * 1024 * 1024;
-/// The nodefs.available threshold, a float32 fraction as in the kubelet's configuration.
-pub const EVICTION_NODEFS_AVAILABLE: f32 = 0.1;
-pub const EVICTION_NODEFS_INODES_FREE: f32 = 0.05;
 /// How long a pressure condition stays True after its signal recovered
 /// (--eviction-pressure-transition-period).
 pub const PRESSURE_TRANSITION_PERIOD: Duration = Duration::from_secs(5 * 60);
@@ -108,9 +102,19 @@ pub struct Pressure {
 pub struct PressureTracker {
     memory_seen: Option<Instant>,
     disk_seen: Option<Instant>,
+    /// The thresholds (--eviction-hard).
+    pub thresholds: crate::EvictionHard,
 }
 
 impl PressureTracker {
+    /// A tracker for these thresholds.
+    pub fn new(thresholds: crate::EvictionHard) -> PressureTracker {
+        PressureTracker {
+            thresholds,
+            ..Default::default()
+        }
+    }
+
     /// Observe the signals at `now`; `None` means unknown (no pressure is inferred).
     pub fn observe(
         &mut self,
@@ -118,10 +122,11 @@ impl PressureTracker {
         nodefs: Option<&FsStats>,
         now: Instant,
     ) -> Pressure {
-        if memory_available.is_some_and(|a| a < EVICTION_MEMORY_AVAILABLE) {
+        if memory_available.is_some_and(|a| a < self.thresholds.memory_available) {
             self.memory_seen = Some(now);
         }
-        if nodefs.is_some_and(disk_signal_met) {
+        let t = self.thresholds;
+        if nodefs.is_some_and(|fs| disk_signal_met(fs, &t)) {
             self.disk_seen = Some(now);
         }
         let recent = |t: Option<Instant>| {
@@ -136,15 +141,12 @@ impl PressureTracker {
     }
 }
 
-fn disk_signal_met(fs: &FsStats) -> bool {
+fn disk_signal_met(fs: &FsStats, t: &crate::EvictionHard) -> bool {
     let below = |avail: u64, total: u64, fraction: f32| {
         total > 0 && (avail as f64) < (total as f64) * f64::from(fraction)
     };
-    below(
-        fs.available_bytes,
-        fs.capacity_bytes,
-        EVICTION_NODEFS_AVAILABLE,
-    ) || below(fs.inodes_free, fs.inodes, EVICTION_NODEFS_INODES_FREE)
+    below(fs.available_bytes, fs.capacity_bytes, t.nodefs_available)
+        || below(fs.inodes_free, fs.inodes, t.nodefs_inodes_free)
 }
 
 /// Everything one status computation needs.
@@ -166,6 +168,8 @@ pub struct Observed {
     pub addresses: Option<Vec<NodeAddress>>,
     pub kubelet_port: u16,
     pub kubelet_version: String,
+    /// The hard eviction thresholds allocatable reserves.
+    pub eviction: crate::EvictionHard,
 }
 
 /// An event the status change calls for, recorded once the status is written.
@@ -317,14 +321,14 @@ fn set_machine_info(status: &mut NodeStatus, obs: &Observed, events: &mut Vec<No
         "memory".into(),
         (
             clamp(m.memory_capacity),
-            clamp(EVICTION_MEMORY_AVAILABLE.saturating_add(huge_total)),
+            clamp(obs.eviction.memory_available.saturating_add(huge_total)),
         ),
     );
     mine.insert("pods".into(), (i64::from(obs.max_pods), 0));
     if let Some(fs) = &obs.rootfs {
         let cap = clamp(fs.capacity_bytes);
         // The threshold is a float32 fraction of capacity, truncated (as Kubernetes does).
-        let reserved = (cap as f64 * f64::from(EVICTION_NODEFS_AVAILABLE)) as i64;
+        let reserved = (cap as f64 * f64::from(obs.eviction.nodefs_available)) as i64;
         mine.insert("ephemeral-storage".into(), (cap, reserved));
     }
     for (size, pages) in &m.huge_pages {
@@ -736,6 +740,7 @@ mod tests {
                 os_image: "Debian GNU/Linux 12 (bookworm)".into(),
             },
             max_pods: 110,
+            eviction: crate::EvictionHard::default(),
             rootfs: Some(FsStats {
                 capacity_bytes: 66053021 * 4096,
                 available_bytes: 8832220 * 4096,
