@@ -200,7 +200,8 @@ pub async fn run(args: KubeletArgs) -> anyhow::Result<()> {
             .as_deref()
             .map(capstan_kubelet::server::pem_bundle),
     };
-    let client = kube::Client::try_from(config).context("building the API client")?;
+    // One multiplexed HTTP/2 connection, as client-go's: the kubelet writes for every pod at once.
+    let client = capstan_runtime::client::client(config).context("building the API client")?;
     let runtime = capstan_cri::Cri::connect(&args.container_runtime_endpoint)
         .map_err(|e| anyhow::anyhow!(e))?;
     tracing::info!(node = %opts.node_name, runtime = %args.container_runtime_endpoint, "kubelet starting");

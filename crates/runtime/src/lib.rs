@@ -2,6 +2,7 @@
 //! components: shared informers (one list-watch per resource, a local cache, change handlers),
 //! rate-limited work queues, an event recorder, and leader election through a Lease.
 
+pub mod client;
 pub mod events;
 pub mod informer;
 pub mod leader;
