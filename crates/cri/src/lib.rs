@@ -50,41 +50,51 @@ macro_rules! cri_methods {
     };
 }
 
-cri_methods! {
-    runtime {
-        version(VersionRequest) -> VersionResponse;
-        run_pod_sandbox(RunPodSandboxRequest) -> RunPodSandboxResponse;
-        stop_pod_sandbox(StopPodSandboxRequest) -> StopPodSandboxResponse;
-        remove_pod_sandbox(RemovePodSandboxRequest) -> RemovePodSandboxResponse;
-        pod_sandbox_status(PodSandboxStatusRequest) -> PodSandboxStatusResponse;
-        list_pod_sandbox(ListPodSandboxRequest) -> ListPodSandboxResponse;
-        create_container(CreateContainerRequest) -> CreateContainerResponse;
-        start_container(StartContainerRequest) -> StartContainerResponse;
-        stop_container(StopContainerRequest) -> StopContainerResponse;
-        remove_container(RemoveContainerRequest) -> RemoveContainerResponse;
-        list_containers(ListContainersRequest) -> ListContainersResponse;
-        container_status(ContainerStatusRequest) -> ContainerStatusResponse;
-        update_container_resources(UpdateContainerResourcesRequest) -> UpdateContainerResourcesResponse;
-        reopen_container_log(ReopenContainerLogRequest) -> ReopenContainerLogResponse;
-        exec_sync(ExecSyncRequest) -> ExecSyncResponse;
-        exec(ExecRequest) -> ExecResponse;
-        attach(AttachRequest) -> AttachResponse;
-        port_forward(PortForwardRequest) -> PortForwardResponse;
-        container_stats(ContainerStatsRequest) -> ContainerStatsResponse;
-        list_container_stats(ListContainerStatsRequest) -> ListContainerStatsResponse;
-        pod_sandbox_stats(PodSandboxStatsRequest) -> PodSandboxStatsResponse;
-        list_pod_sandbox_stats(ListPodSandboxStatsRequest) -> ListPodSandboxStatsResponse;
-        update_runtime_config(UpdateRuntimeConfigRequest) -> UpdateRuntimeConfigResponse;
-        status(StatusRequest) -> StatusResponse;
-    }
-    image {
-        list_images(ListImagesRequest) -> ListImagesResponse;
-        image_status(ImageStatusRequest) -> ImageStatusResponse;
-        pull_image(PullImageRequest) -> PullImageResponse;
-        remove_image(RemoveImageRequest) -> RemoveImageResponse;
-        image_fs_info(ImageFsInfoRequest) -> ImageFsInfoResponse;
-    }
+/// Calls macro `$callback` with every CRI RPC the kubelet uses, grouped by service
+/// (`runtime { method(Request) -> Response; ... } image { ... }`): the one list that both
+/// [`Runtime`] and wrappers of it (such as the kubelet's shutdown gate) are generated from.
+#[macro_export]
+macro_rules! cri_rpcs {
+    ($callback:ident) => {
+        $callback! {
+            runtime {
+                version(VersionRequest) -> VersionResponse;
+                run_pod_sandbox(RunPodSandboxRequest) -> RunPodSandboxResponse;
+                stop_pod_sandbox(StopPodSandboxRequest) -> StopPodSandboxResponse;
+                remove_pod_sandbox(RemovePodSandboxRequest) -> RemovePodSandboxResponse;
+                pod_sandbox_status(PodSandboxStatusRequest) -> PodSandboxStatusResponse;
+                list_pod_sandbox(ListPodSandboxRequest) -> ListPodSandboxResponse;
+                create_container(CreateContainerRequest) -> CreateContainerResponse;
+                start_container(StartContainerRequest) -> StartContainerResponse;
+                stop_container(StopContainerRequest) -> StopContainerResponse;
+                remove_container(RemoveContainerRequest) -> RemoveContainerResponse;
+                list_containers(ListContainersRequest) -> ListContainersResponse;
+                container_status(ContainerStatusRequest) -> ContainerStatusResponse;
+                update_container_resources(UpdateContainerResourcesRequest) -> UpdateContainerResourcesResponse;
+                reopen_container_log(ReopenContainerLogRequest) -> ReopenContainerLogResponse;
+                exec_sync(ExecSyncRequest) -> ExecSyncResponse;
+                exec(ExecRequest) -> ExecResponse;
+                attach(AttachRequest) -> AttachResponse;
+                port_forward(PortForwardRequest) -> PortForwardResponse;
+                container_stats(ContainerStatsRequest) -> ContainerStatsResponse;
+                list_container_stats(ListContainerStatsRequest) -> ListContainerStatsResponse;
+                pod_sandbox_stats(PodSandboxStatsRequest) -> PodSandboxStatsResponse;
+                list_pod_sandbox_stats(ListPodSandboxStatsRequest) -> ListPodSandboxStatsResponse;
+                update_runtime_config(UpdateRuntimeConfigRequest) -> UpdateRuntimeConfigResponse;
+                status(StatusRequest) -> StatusResponse;
+            }
+            image {
+                list_images(ListImagesRequest) -> ListImagesResponse;
+                image_status(ImageStatusRequest) -> ImageStatusResponse;
+                pull_image(PullImageRequest) -> PullImageResponse;
+                remove_image(RemoveImageRequest) -> RemoveImageResponse;
+                image_fs_info(ImageFsInfoRequest) -> ImageFsInfoResponse;
+            }
+        }
+    };
 }
+
+cri_rpcs!(cri_methods);
 
 /// A CRI runtime reached over gRPC on a Unix socket.
 #[derive(Clone)]

@@ -455,50 +455,20 @@ impl Drop for InFlight<'_> {
 }
 
 macro_rules! gated {
-    ($( $method:ident($req:ident) -> $resp:ident; )*) => {
+    ($( $service:ident { $( $method:ident($req:ident) -> $resp:ident; )* } )*) => {
         #[async_trait::async_trait]
         impl Runtime for Gate {
-            $(
+            $($(
                 async fn $method(&self, req: v1::$req) -> capstan_cri::Result<v1::$resp> {
                     let _guard = self.enter()?;
                     self.inner.$method(req).await
                 }
-            )*
+            )*)*
         }
     };
 }
 
-gated! {
-    version(VersionRequest) -> VersionResponse;
-    run_pod_sandbox(RunPodSandboxRequest) -> RunPodSandboxResponse;
-    stop_pod_sandbox(StopPodSandboxRequest) -> StopPodSandboxResponse;
-    remove_pod_sandbox(RemovePodSandboxRequest) -> RemovePodSandboxResponse;
-    pod_sandbox_status(PodSandboxStatusRequest) -> PodSandboxStatusResponse;
-    list_pod_sandbox(ListPodSandboxRequest) -> ListPodSandboxResponse;
-    create_container(CreateContainerRequest) -> CreateContainerResponse;
-    start_container(StartContainerRequest) -> StartContainerResponse;
-    stop_container(StopContainerRequest) -> StopContainerResponse;
-    remove_container(RemoveContainerRequest) -> RemoveContainerResponse;
-    list_containers(ListContainersRequest) -> ListContainersResponse;
-    container_status(ContainerStatusRequest) -> ContainerStatusResponse;
-    update_container_resources(UpdateContainerResourcesRequest) -> UpdateContainerResourcesResponse;
-    reopen_container_log(ReopenContainerLogRequest) -> ReopenContainerLogResponse;
-    exec_sync(ExecSyncRequest) -> ExecSyncResponse;
-    exec(ExecRequest) -> ExecResponse;
-    attach(AttachRequest) -> AttachResponse;
-    port_forward(PortForwardRequest) -> PortForwardResponse;
-    container_stats(ContainerStatsRequest) -> ContainerStatsResponse;
-    list_container_stats(ListContainerStatsRequest) -> ListContainerStatsResponse;
-    pod_sandbox_stats(PodSandboxStatsRequest) -> PodSandboxStatsResponse;
-    list_pod_sandbox_stats(ListPodSandboxStatsRequest) -> ListPodSandboxStatsResponse;
-    update_runtime_config(UpdateRuntimeConfigRequest) -> UpdateRuntimeConfigResponse;
-    status(StatusRequest) -> StatusResponse;
-    list_images(ListImagesRequest) -> ListImagesResponse;
-    image_status(ImageStatusRequest) -> ImageStatusResponse;
-    pull_image(PullImageRequest) -> PullImageResponse;
-    remove_image(RemoveImageRequest) -> RemoveImageResponse;
-    image_fs_info(ImageFsInfoRequest) -> ImageFsInfoResponse;
-}
+capstan_cri::cri_rpcs!(gated);
 
 #[cfg(test)]
 mod tests {

@@ -174,24 +174,11 @@ impl EvictionHard {
     }
 }
 
-/// `100Mi`, `1G`, `1048576` as bytes.
+/// `100Mi`, `1G`, `1048576` as bytes (rounded up); None for a malformed or negative quantity.
 fn parse_bytes(text: &str) -> Option<u64> {
-    let units: [(&str, u64); 8] = [
-        ("Ki", 1 << 10),
-        ("Mi", 1 << 20),
-        ("Gi", 1 << 30),
-        ("Ti", 1 << 40),
-        ("k", 1_000),
-        ("M", 1_000_000),
-        ("G", 1_000_000_000),
-        ("T", 1_000_000_000_000),
-    ];
-    for (suffix, mult) in units {
-        if let Some(n) = text.strip_suffix(suffix) {
-            return n.parse::<u64>().ok()?.checked_mul(mult);
-        }
-    }
-    text.parse().ok()
+    let nanos = capstan_api::validation::quantity::parse(text.trim())?.nanos;
+    let bytes = nanos / 1_000_000_000 + i128::from(nanos % 1_000_000_000 > 0);
+    u64::try_from(bytes).ok()
 }
 
 /// What every part of the kubelet shares.

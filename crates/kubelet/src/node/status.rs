@@ -632,54 +632,16 @@ fn quantities_equal(
         && a.iter().all(|(k, qa)| {
             b.get(k).is_some_and(|qb| {
                 qa.0 == qb.0
-                    || matches!((parse_quantity_milli(&qa.0), parse_quantity_milli(&qb.0)),
+                    || matches!((quantity_nanos(&qa.0), quantity_nanos(&qb.0)),
                         (Some(x), Some(y)) if x == y)
             })
         })
 }
 
-/// A quantity's value in thousandths (`1Ki` → 1024000), for comparing; None if the text is
-/// not a plain quantity.
-pub fn parse_quantity_milli(s: &str) -> Option<i128> {
-    let s = s.trim();
-    let (neg, s) = match s.strip_prefix('-') {
-        Some(r) => (true, r),
-        None => (false, s.strip_prefix('+').unwrap_or(s)),
-    };
-    let end = s
-        .char_indices()
-        .find(|(_, c)| !(c.is_ascii_digit() || *c == '.'))
-        .map(|(i, _)| i)
-        .unwrap_or(s.len());
-    let (num, suffix) = s.split_at(end);
-    let (int, frac) = num.split_once('.').unwrap_or((num, ""));
-    if int.is_empty() && frac.is_empty() {
-        return None;
-    }
-    if frac.len() > 30 || int.len() > 30 {
-        return None;
-    }
-    let digits: i128 = format!("{int}{frac}").parse().ok()?;
-    let scale = 10i128.checked_pow(frac.len() as u32)?;
-    let (mult_num, mult_den): (i128, i128) = match suffix {
-        "" => (1000, 1),
-        "m" => (1, 1),
-        "k" => (1_000_000, 1),
-        "M" => (1_000_000_000, 1),
-        "G" => (1_000_000_000_000, 1),
-        "T" => (1_000_000_000_000_000, 1),
-        "P" => (1_000_000_000_000_000_000, 1),
-        "E" => (1_000_000_000_000_000_000_000, 1),
-        "Ki" => (1000 << 10, 1),
-        "Mi" => (1000 << 20, 1),
-        "Gi" => (1000 << 30, 1),
-        "Ti" => (1000 << 40, 1),
-        "Pi" => (1000 << 50, 1),
-        "Ei" => (1000 << 60, 1),
-        _ => return None,
-    };
-    let v = digits.checked_mul(mult_num)? / (scale * mult_den);
-    Some(if neg { -v } else { v })
+/// A quantity's exact value in nano-units (`1Ki` → 1024·10⁹), for comparing; None if the
+/// text is not a quantity.
+pub fn quantity_nanos(s: &str) -> Option<i128> {
+    capstan_api::validation::quantity::parse(s.trim()).map(|q| q.nanos)
 }
 
 /// A count in Kubernetes' canonical DecimalSI form (`110`, `2`, `1k`, `1500`).
@@ -800,14 +762,15 @@ mod tests {
         assert_eq!(format_binary_si(GI as i64), "1Gi");
         assert_eq!(format_binary_si(24683656 * 1024), "24683656Ki");
         assert_eq!(format_binary_si(94580335255), "94580335255");
-        assert_eq!(parse_quantity_milli("1Ki"), Some(1024 * 1000));
-        assert_eq!(parse_quantity_milli("1024"), Some(1024 * 1000));
-        assert_eq!(parse_quantity_milli("500m"), Some(500));
-        assert_eq!(parse_quantity_milli("1.5k"), Some(1_500_000));
-        assert_eq!(parse_quantity_milli("2"), Some(2000));
-        assert_eq!(parse_quantity_milli("x"), None);
-        assert_eq!(parse_quantity_milli("1Qi"), None);
-        assert_eq!(parse_quantity_milli(""), None);
+        const N: i128 = 1_000_000_000;
+        assert_eq!(quantity_nanos("1Ki"), Some(1024 * N));
+        assert_eq!(quantity_nanos("1024"), Some(1024 * N));
+        assert_eq!(quantity_nanos("500m"), Some(N / 2));
+        assert_eq!(quantity_nanos("1.5k"), Some(1500 * N));
+        assert_eq!(quantity_nanos("2"), Some(2 * N));
+        assert_eq!(quantity_nanos("x"), None);
+        assert_eq!(quantity_nanos("1Qi"), None);
+        assert_eq!(quantity_nanos(""), None);
     }
 
     #[test]

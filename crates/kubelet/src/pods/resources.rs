@@ -17,106 +17,25 @@ const GUARANTEED_OOM_SCORE_ADJ: i64 = -997;
 const BESTEFFORT_OOM_SCORE_ADJ: i64 = 1000;
 
 /// A parsed quantity: `mantissa * 10^exp10 * 2^exp2`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Parsed {
-    mantissa: i128,
-    exp10: i32,
-    exp2: u32,
+/// The exact nano-units of a quantity (capstan-api's parser); None when unparsable.
+fn nanos(q: &Quantity) -> Option<i128> {
+    capstan_api::validation::quantity::parse(q.0.trim()).map(|q| q.nanos)
 }
 
-fn parse(s: &str) -> Option<Parsed> {
-    let s = s.trim();
-    if s.is_empty() {
-        return None;
-    }
-    let (neg, s) = match s.as_bytes()[0] {
-        b'-' => (true, &s[1..]),
-        b'+' => (false, &s[1..]),
-        _ => (false, s),
-    };
-    let num_end = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (num, suffix) = s.split_at(num_end);
-    if num.is_empty() || num == "." || num.matches('.').count() > 1 {
-        return None;
-    }
-    let (int, frac) = num.split_once('.').unwrap_or((num, ""));
-    let digits = format!("{int}{frac}");
-    let digits = digits.trim_start_matches('0');
-    let digits = if digits.is_empty() { "0" } else { digits };
-    if digits.len() > 30 {
-        return None;
-    }
-    let mut mantissa: i128 = digits.parse().ok()?;
-    if neg {
-        mantissa = -mantissa;
-    }
-    let mut exp10 = -(frac.len() as i32);
-    let mut exp2 = 0u32;
-    match suffix {
-        "" => {}
-        "n" => exp10 -= 9,
-        "u" => exp10 -= 6,
-        "m" => exp10 -= 3,
-        "k" => exp10 += 3,
-        "M" => exp10 += 6,
-        "G" => exp10 += 9,
-        "T" => exp10 += 12,
-        "P" => exp10 += 15,
-        "E" => exp10 += 18,
-        "Ki" => exp2 = 10,
-        "Mi" => exp2 = 20,
-        "Gi" => exp2 = 30,
-        "Ti" => exp2 = 40,
-        "Pi" => exp2 = 50,
-        "Ei" => exp2 = 60,
-        other => {
-            let rest = other.strip_prefix(['e', 'E'])?;
-            let e: i32 = rest.parse().ok()?;
-            if !(-60..=60).contains(&e) {
-                return None;
-            }
-            exp10 += e;
-        }
-    }
-    Some(Parsed {
-        mantissa,
-        exp10,
-        exp2,
-    })
-}
-
-/// `ceil(q * 10^extra)` as an integer, saturating.
-fn scaled(p: Parsed, extra: i32) -> i64 {
-    let mut m = p.mantissa;
-    for _ in 0..p.exp2 {
-        m = m.saturating_mul(2);
-    }
-    let e = p.exp10 + extra;
-    if e >= 0 {
-        for _ in 0..e {
-            m = m.saturating_mul(10);
-        }
-    } else {
-        let mut div: i128 = 1;
-        for _ in 0..(-e).min(38) {
-            div = div.saturating_mul(10);
-        }
-        let q = m.div_euclid(div);
-        m = if m.rem_euclid(div) != 0 { q + 1 } else { q };
-    }
-    m.clamp(i64::MIN as i128, i64::MAX as i128) as i64
+/// `ceil(nanos / unit)` as an i64, saturating.
+fn ceil_to(nanos: i128, unit: i128) -> i64 {
+    let v = nanos.div_euclid(unit) + i128::from(nanos.rem_euclid(unit) != 0);
+    v.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
 }
 
 /// The value of a quantity rounded up (memory in bytes); None when unparsable.
 pub fn value(q: &Quantity) -> Option<i64> {
-    parse(&q.0).map(|p| scaled(p, 0))
+    nanos(q).map(|n| ceil_to(n, 1_000_000_000))
 }
 
 /// The value of a quantity in thousandths rounded up (CPU in millicores).
 pub fn milli_value(q: &Quantity) -> Option<i64> {
-    parse(&q.0).map(|p| scaled(p, 3))
+    nanos(q).map(|n| ceil_to(n, 1_000_000))
 }
 
 fn get<'a>(map: &'a Option<BTreeMap<String, Quantity>>, name: &str) -> Option<&'a Quantity> {
