@@ -220,12 +220,19 @@ spec:
     assert_eq!(main["started"], true);
     assert_eq!(main["restartCount"], 0);
     assert!(main["state"]["running"]["startedAt"].is_string(), "{main}");
-    let ev = events(&server, "web");
-    for reason in [
+    // Events are written asynchronously: the pod may be Ready before the last one lands.
+    let reasons = [
         "Pulled: ",
         "Created: Created container main",
         "Started: Started container main",
-    ] {
+    ];
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut ev = events(&server, "web");
+    while !reasons.iter().all(|r| ev.contains(r)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+        ev = events(&server, "web");
+    }
+    for reason in reasons {
         assert!(ev.contains(reason), "no {reason:?} event in:\n{ev}");
     }
 
