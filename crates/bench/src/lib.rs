@@ -6,10 +6,12 @@
 pub mod api;
 pub mod auth;
 pub mod controllers;
+pub mod dns;
 mod duration;
 mod latency;
 pub mod nodes;
 pub mod podstartup;
+pub mod proxy;
 pub mod report;
 pub mod scheduler;
 pub mod store;
@@ -45,6 +47,11 @@ pub enum BenchCommand {
     /// Kubernetes' pod start-up latency: many pods created at once on one real node, from
     /// create to Running as a watch sees it, and the kubelet's memory.
     Podstartup(podstartup::PodStartupArgs),
+    /// A DNS server's queries per second and latency over UDP (capstan dns, CoreDNS, ...).
+    Dns(dns::DnsArgs),
+    /// How long a proxy mode takes to program many services (iptables, nftables), in a
+    /// private network namespace.
+    Proxy(proxy::ProxyArgs),
 }
 
 /// Run a benchmark subcommand, printing its measurements to stdout.
@@ -57,5 +64,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::Nodes(args) => nodes::run(args).await,
         BenchCommand::Controllers(args) => controllers::run(args).await,
         BenchCommand::Podstartup(args) => podstartup::run(args).await,
+        BenchCommand::Dns(args) => dns::run(args).await,
+        BenchCommand::Proxy(args) => proxy::run(args).await,
     }
 }

@@ -4,8 +4,11 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
+mod agent_cmd;
 mod controller_manager_cmd;
+mod dns_cmd;
 mod kubelet_cmd;
+mod proxy_cmd;
 mod scheduler_cmd;
 mod server_cmd;
 mod store_cmd;
@@ -55,6 +58,13 @@ enum Command {
     ControllerManager(controller_manager_cmd::ControllerManagerArgs),
     /// Run the node agent against an API server and a CRI runtime (the kubelet's job).
     Kubelet(kubelet_cmd::KubeletArgs),
+    /// Join this machine to a cluster as a node: kubelet and proxy, after a TLS bootstrap with a
+    /// bootstrap token.
+    Agent(agent_cmd::AgentArgs),
+    /// Make Services reach their endpoints on this node (kube-proxy's job).
+    Proxy(proxy_cmd::ProxyArgs),
+    /// Serve cluster DNS (CoreDNS's job): service and pod names, forwarding the rest.
+    Dns(dns_cmd::DnsArgs),
     /// Read and write the embedded store directly (like etcdctl), for inspection and repair.
     Store(store_cmd::StoreArgs),
     /// Benchmarks against capstan or any other Kubernetes.
@@ -123,6 +133,9 @@ async fn run(command: Command) -> anyhow::Result<()> {
         Command::Scheduler(args) => scheduler_cmd::run(args).await,
         Command::ControllerManager(args) => controller_manager_cmd::run(args).await,
         Command::Kubelet(args) => kubelet_cmd::run(args).await,
+        Command::Agent(args) => agent_cmd::run(args).await,
+        Command::Proxy(args) => proxy_cmd::run(args).await,
+        Command::Dns(args) => dns_cmd::run(args).await,
         Command::Bench(args) => capstan_bench::run(args).await,
         Command::Debug(cmd) => store_cmd::debug(cmd).await,
     }

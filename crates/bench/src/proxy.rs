@@ -1,0 +1,8 @@
+//! `capstan bench proxy`.
+
+#[derive(clap::Args, Debug)]
+pub struct ProxyArgs {}
+
+pub async fn run(_args: ProxyArgs) -> anyhow::Result<()> {
+    anyhow::bail!("capstan bench proxy: not built yet")
+}

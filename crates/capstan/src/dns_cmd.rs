@@ -1,0 +1,8 @@
+//! `capstan dns`.
+
+#[derive(clap::Args, Debug)]
+pub struct DnsArgs {}
+
+pub async fn run(_args: DnsArgs) -> anyhow::Result<()> {
+    anyhow::bail!("capstan dns: not built yet")
+}

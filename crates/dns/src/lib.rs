@@ -1,0 +1,1 @@
+//! `capstan dns`: the cluster DNS add-on (CoreDNS's job in Kubernetes).

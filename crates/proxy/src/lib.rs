@@ -1,0 +1,168 @@
+//! `capstan proxy`: what kube-proxy does. It watches Services and EndpointSlices, turns them
+//! into a [`Snapshot`] of service ports and their endpoints, and hands each new snapshot to one
+//! [`Proxier`] backend — userspace (a TCP/UDP proxy per service port), iptables or nftables
+//! (NAT rules the kernel applies). Backends diff a snapshot against what they last applied
+//! and change only that.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+pub mod iptables;
+pub mod model;
+pub mod nftables;
+pub mod userspace;
+
+/// The transport protocol of a service port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Protocol {
+    Tcp,
+    Udp,
+    Sctp,
+}
+
+impl Protocol {
+    /// Lower-case, as iptables and nft spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "tcp",
+            Protocol::Udp => "udp",
+            Protocol::Sctp => "sctp",
+        }
+    }
+}
+
+/// One port of one Service: `namespace/name:port-name`, as kube-proxy names it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ServicePortName {
+    pub namespace: String,
+    pub name: String,
+    /// The port's name; empty for a Service's single unnamed port.
+    pub port: String,
+    pub protocol: Protocol,
+}
+
+impl fmt::Display for ServicePortName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)?;
+        if !self.port.is_empty() {
+            write!(f, ":{}", self.port)?;
+        }
+        Ok(())
+    }
+}
+
+/// What a backend needs of one service port (from the Service object).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServicePort {
+    pub name: ServicePortName,
+    /// spec.clusterIPs; empty for headless Services (`None`), which the proxy ignores.
+    pub cluster_ips: Vec<IpAddr>,
+    /// spec.ports[].port.
+    pub port: u16,
+    /// spec.ports[].nodePort for NodePort and LoadBalancer Services.
+    pub node_port: Option<u16>,
+    /// spec.externalIPs.
+    pub external_ips: Vec<IpAddr>,
+    /// status.loadBalancer.ingress[].ip.
+    pub load_balancer_ips: Vec<IpAddr>,
+    /// spec.loadBalancerSourceRanges (CIDRs, as written).
+    pub load_balancer_source_ranges: Vec<String>,
+    /// sessionAffinity ClientIP: the timeout in seconds (10800 by default); None otherwise.
+    pub session_affinity_seconds: Option<u32>,
+    /// spec.externalTrafficPolicy == Local (for NodePort, externalIPs and load balancer IPs).
+    pub external_policy_local: bool,
+    /// spec.internalTrafficPolicy == Local (for cluster IPs).
+    pub internal_policy_local: bool,
+    /// spec.healthCheckNodePort, for externalTrafficPolicy Local.
+    pub health_check_node_port: Option<u16>,
+}
+
+/// One endpoint of a service port (from EndpointSlices).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Endpoint {
+    pub ip: IpAddr,
+    pub port: u16,
+    /// conditions.ready (nil counts as true).
+    pub ready: bool,
+    /// conditions.serving (nil: same as ready).
+    pub serving: bool,
+    /// conditions.terminating (nil counts as false).
+    pub terminating: bool,
+    /// nodeName, when the slice says.
+    pub node_name: Option<String>,
+}
+
+/// Everything the proxy knows at one moment: every service port with its endpoints.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    pub services: BTreeMap<ServicePortName, Arc<ServicePort>>,
+    /// Endpoints by service port, sorted and de-duplicated; a port with no endpoints may be
+    /// absent.
+    pub endpoints: BTreeMap<ServicePortName, Arc<Vec<Endpoint>>>,
+}
+
+/// This node, as the backends need it.
+#[derive(Clone, Debug, Default)]
+pub struct NodeInfo {
+    pub name: String,
+    /// The node's own addresses (NodePorts answer on these).
+    pub ips: Vec<IpAddr>,
+    /// The cluster's pod CIDR (`--cluster-cidr`): traffic to a service from outside it is
+    /// masqueraded. None: masquerade all traffic to services that leaves through NAT rules.
+    pub cluster_cidr: Option<String>,
+}
+
+/// A proxy mode. `sync` is called with every new snapshot (debounced), `cleanup` on a clean
+/// exit; both are blocking (they may run iptables-restore / nft) and are called from
+/// `spawn_blocking`, never concurrently.
+pub trait Proxier: Send {
+    /// Make the data path match `snapshot`; changes only what differs from the last sync.
+    fn sync(&mut self, snapshot: &Snapshot) -> anyhow::Result<()>;
+    /// Remove everything this proxier installed.
+    fn cleanup(&mut self) -> anyhow::Result<()>;
+}
+
+/// The endpoints traffic may go to, as Kubernetes chooses them: the ready ones; when none is
+/// ready, the ones still serving while terminating (so that connections drain during a rolling
+/// update instead of failing).
+pub fn usable_endpoints<'a>(
+    endpoints: impl IntoIterator<Item = &'a Endpoint> + Clone,
+) -> Vec<&'a Endpoint> {
+    let ready: Vec<&Endpoint> = endpoints.clone().into_iter().filter(|e| e.ready).collect();
+    if !ready.is_empty() {
+        return ready;
+    }
+    endpoints
+        .into_iter()
+        .filter(|e| e.serving && e.terminating)
+        .collect()
+}
+
+/// The endpoints for traffic to a cluster IP (`internalTrafficPolicy`) and for traffic from
+/// outside (`externalTrafficPolicy`: NodePorts, external and load balancer IPs) on `node`.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Categorized<'a> {
+    pub cluster: Vec<&'a Endpoint>,
+    pub local: Vec<&'a Endpoint>,
+}
+
+/// Split `endpoints` of `service` into the cluster-wide usable set and this node's usable set.
+pub fn categorize<'a>(
+    service: &ServicePort,
+    endpoints: &'a [Endpoint],
+    node: &str,
+) -> Categorized<'a> {
+    let local = usable_endpoints(
+        endpoints
+            .iter()
+            .filter(|e| e.node_name.as_deref() == Some(node)),
+    );
+    let cluster = if service.internal_policy_local {
+        local.clone()
+    } else {
+        usable_endpoints(endpoints.iter())
+    };
+    Categorized { cluster, local }
+}
