@@ -8,10 +8,12 @@ mod agent_cmd;
 mod controller_manager_cmd;
 mod dns_cmd;
 mod kubelet_cmd;
+mod node;
 mod proxy_cmd;
 mod scheduler_cmd;
 mod server_cmd;
 mod store_cmd;
+mod token_cmd;
 mod up_cmd;
 
 /// The server allocates and frees many small JSON values per request; mimalloc does that
@@ -65,6 +67,8 @@ enum Command {
     Proxy(proxy_cmd::ProxyArgs),
     /// Serve cluster DNS (CoreDNS's job): service and pod names, forwarding the rest.
     Dns(dns_cmd::DnsArgs),
+    /// Bootstrap tokens that nodes join the cluster with (`capstan agent --token`).
+    Token(token_cmd::TokenArgs),
     /// Read and write the embedded store directly (like etcdctl), for inspection and repair.
     Store(store_cmd::StoreArgs),
     /// Benchmarks against capstan or any other Kubernetes.
@@ -130,6 +134,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
         Command::Up(args) => up_cmd::run(args).await,
         Command::Server(args) => server_cmd::run(args).await,
         Command::Store(args) => store_cmd::run(args).await,
+        Command::Token(args) => token_cmd::run(args).await,
         Command::Scheduler(args) => scheduler_cmd::run(args).await,
         Command::ControllerManager(args) => controller_manager_cmd::run(args).await,
         Command::Kubelet(args) => kubelet_cmd::run(args).await,

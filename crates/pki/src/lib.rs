@@ -1146,3 +1146,41 @@ impl rustls::server::danger::ClientCertVerifier for AcceptAnyClientCert {
         self.inner.supported_verify_schemes()
     }
 }
+
+/// The pin of a CA certificate (PEM or DER) that joining nodes check, as kubeadm's
+/// `--discovery-token-ca-cert-hash`: `sha256:` and the hex SHA-256 of its
+/// SubjectPublicKeyInfo.
+pub fn ca_cert_hash(cert: &[u8]) -> Result<String> {
+    let der = match CertificateDer::from_pem_slice(cert) {
+        Ok(d) => d.as_ref().to_vec(),
+        Err(_) => cert.to_vec(),
+    };
+    let (_, x) = X509Certificate::from_der(&der)
+        .map_err(|e| crypto("parsing the CA certificate", e))?;
+    let digest = ring::digest::digest(&ring::digest::SHA256, x.tbs_certificate.subject_pki.raw);
+    let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    Ok(format!("sha256:{hex}"))
+}
+
+/// A new private key (PEM) and a certificate signing request (PEM) for the client identity
+/// `common_name` in `organizations`, as a kubelet asks for its client certificate.
+pub fn client_csr(common_name: &str, organizations: &[&str]) -> Result<(String, String)> {
+    let key = new_leaf_key()?;
+    let mut params = CertificateParams::default();
+    params.distinguished_name = DistinguishedName::new();
+    for o in organizations {
+        params
+            .distinguished_name
+            .push(DnType::OrganizationName, *o);
+    }
+    params
+        .distinguished_name
+        .push(DnType::CommonName, common_name);
+    let csr = params
+        .serialize_request(&key)
+        .map_err(|e| crypto("making the certificate signing request", e))?;
+    let pem = csr
+        .pem()
+        .map_err(|e| crypto("encoding the certificate signing request", e))?;
+    Ok((key.serialize_pem(), pem))
+}

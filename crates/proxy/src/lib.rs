@@ -12,6 +12,7 @@ use std::sync::Arc;
 pub mod iptables;
 pub mod model;
 pub mod nftables;
+pub mod podnet;
 pub mod userspace;
 
 /// The transport protocol of a service port.

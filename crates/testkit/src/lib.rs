@@ -4,6 +4,7 @@
 //! `CAPSTAN_ETCD_BIN` says otherwise) on loopback, so that the etcd backend is tested against
 //! the real thing, including members dying mid-test.
 
+pub mod netbed;
 pub mod node;
 
 use std::fs::File;

@@ -73,11 +73,17 @@ impl Registry {
     /// Start a registry and push the images into it. Panics (with the registry's log) when the
     /// registry does not come up or a push fails.
     pub fn start() -> Registry {
+        Registry::start_on(Ipv4Addr::LOCALHOST)
+    }
+
+    /// As [`Registry::start`], listening on `bind` (e.g. 0.0.0.0, for nodes in other network
+    /// namespaces, which pull through [`Registry::image_at`]).
+    pub fn start_on(bind: Ipv4Addr) -> Registry {
         // Build (or find) the images first: a failure there is not the registry's.
         image_layout();
         let mut last_error = String::new();
         for _ in 0..3 {
-            match Registry::try_start() {
+            match Registry::try_start(bind) {
                 Ok(registry) => {
                     let busybox = format!("busybox:{BUSYBOX_TAG}");
                     registry.push("busybox", &busybox);
@@ -109,6 +115,11 @@ impl Registry {
         image_ref(&self.addr(), name)
     }
 
+    /// As [`Registry::image`], with the registry reached at `host` (`HOST:PORT/busybox:1.35`).
+    pub fn image_at(&self, host: &str, name: &str) -> String {
+        image_ref(&format!("{host}:{}", self.port), name)
+    }
+
     /// Push one of the built images (`"busybox"` or `"pause"`) under another name in this
     /// registry, e.g. `push("busybox", "other/busybox:2")`; returns its full reference.
     pub fn push(&self, image: &str, dest: &str) -> String {
@@ -137,7 +148,7 @@ impl Registry {
         std::fs::read_to_string(self.dir.path().join("registry.log")).unwrap_or_default()
     }
 
-    fn try_start() -> Result<Registry, String> {
+    fn try_start(bind: Ipv4Addr) -> Result<Registry, String> {
         let dir = tempfile::Builder::new()
             .prefix("capstan-registry-")
             .tempdir()
@@ -147,7 +158,7 @@ impl Registry {
             "version: 0.1\n\
              log:\n  level: error\n  accesslog:\n    disabled: true\n\
              storage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\n\
-             http:\n  addr: 127.0.0.1:{port}\n",
+             http:\n  addr: {bind}:{port}\n",
             dir.path().join("storage").display()
         );
         let config_path = dir.path().join("config.yml");

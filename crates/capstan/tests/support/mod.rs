@@ -83,6 +83,12 @@ impl Server {
         self.dir.path().join("admin.kubeconfig")
     }
 
+    /// The API server's port.
+    #[allow(dead_code)]
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     fn wait_ready(&self) {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {

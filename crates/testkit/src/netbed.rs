@@ -1,0 +1,171 @@
+//! A multi-node test bed on one machine: a Linux bridge in the host's network namespace and,
+//! per node, a network namespace linked to it by a veth pair, on one private /24 — the shape of
+//! a rack of machines on one L2 segment. The host side of the bridge has `.1`, nodes `.10` on.
+//!
+//! Everything is named after the process and a counter, so that tests running in parallel don't
+//! collide, and everything is removed on drop (namespaces, veths, the bridge). The bridge does
+//! not pass bridged frames through the host's iptables (`nf_call_iptables 0`), so the host's
+//! own firewall rules don't decide what nodes may send each other.
+
+use std::net::Ipv4Addr;
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+fn run(args: &[&str]) -> Result<Output, String> {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .map_err(|e| format!("running {}: {e}", args.join(" ")))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(out)
+}
+
+fn must(args: &[&str]) {
+    if let Err(e) = run(args) {
+        panic!("test bed: {e}");
+    }
+}
+
+/// The bridge and its subnet; nodes are added with [`Bed::node`].
+pub struct Bed {
+    tag: String,
+    bridge: String,
+    /// The first three octets of the subnet.
+    net: [u8; 3],
+    nodes: Vec<String>,
+}
+
+impl Bed {
+    /// Create the bridge with the host's address `.1/24` on a subnet of 10.200.0.0/13 chosen
+    /// from the process id and a counter.
+    pub fn new() -> Bed {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let pid = std::process::id();
+        let tag = format!("{:x}{n}", pid % 0xfffff);
+        let slot = (pid.wrapping_mul(31).wrapping_add(n)) % 2048;
+        let net = [10, 200 + (slot / 256) as u8, (slot % 256) as u8];
+        let bridge = format!("cb{tag}");
+        let bed = Bed {
+            tag,
+            bridge,
+            net,
+            nodes: Vec::new(),
+        };
+        must(&[
+            "ip",
+            "link",
+            "add",
+            &bed.bridge,
+            "type",
+            "bridge",
+            "nf_call_iptables",
+            "0",
+        ]);
+        must(&[
+            "ip",
+            "addr",
+            "add",
+            &format!("{}/24", bed.host_ip()),
+            "dev",
+            &bed.bridge,
+        ]);
+        must(&["ip", "link", "set", &bed.bridge, "up"]);
+        bed
+    }
+
+    /// The host's address on the bridge (where a control plane listening on 0.0.0.0 is
+    /// reached from the nodes).
+    pub fn host_ip(&self) -> Ipv4Addr {
+        Ipv4Addr::new(self.net[0], self.net[1], self.net[2], 1)
+    }
+
+    /// The subnet, `A.B.C.0/24`.
+    pub fn subnet(&self) -> String {
+        format!("{}.{}.{}.0/24", self.net[0], self.net[1], self.net[2])
+    }
+
+    /// Add a node: a network namespace with `eth0` on the bridge (address `.10 + index`),
+    /// loopback up, a default route through the host, and IP forwarding on.
+    pub fn node(&mut self) -> NodeNs {
+        let index = self.nodes.len();
+        let ns = format!("cn{}-{index}", self.tag);
+        let host_end = format!("cv{}-{index}", self.tag);
+        let ip = Ipv4Addr::new(self.net[0], self.net[1], self.net[2], 10 + index as u8);
+        must(&["ip", "netns", "add", &ns]);
+        self.nodes.push(ns.clone());
+        must(&[
+            "ip", "link", "add", &host_end, "type", "veth", "peer", "name", "eth0", "netns", &ns,
+        ]);
+        must(&["ip", "link", "set", &host_end, "master", &self.bridge, "up"]);
+        let inside = |args: &[&str]| {
+            let mut full = vec!["ip", "netns", "exec", &ns];
+            full.extend(args);
+            must(&full);
+        };
+        inside(&["ip", "link", "set", "lo", "up"]);
+        inside(&["ip", "addr", "add", &format!("{ip}/24"), "dev", "eth0"]);
+        inside(&["ip", "link", "set", "eth0", "up"]);
+        inside(&[
+            "ip",
+            "route",
+            "add",
+            "default",
+            "via",
+            &self.host_ip().to_string(),
+        ]);
+        inside(&["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
+        NodeNs { name: ns, ip }
+    }
+}
+
+impl Default for Bed {
+    fn default() -> Self {
+        Bed::new()
+    }
+}
+
+impl Drop for Bed {
+    fn drop(&mut self) {
+        for ns in &self.nodes {
+            // Whatever still runs in the namespace keeps it alive: kill it first.
+            if let Ok(out) = run(&["ip", "netns", "pids", ns]) {
+                for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+                    let _ = run(&["kill", "-9", pid]);
+                }
+            }
+            let _ = run(&["ip", "netns", "del", ns]);
+        }
+        let _ = run(&["ip", "link", "del", &self.bridge]);
+    }
+}
+
+/// One node's network namespace.
+#[derive(Clone, Debug)]
+pub struct NodeNs {
+    pub name: String,
+    pub ip: Ipv4Addr,
+}
+
+impl NodeNs {
+    /// A command run inside the namespace (`ip netns exec NAME program ...`).
+    pub fn command(&self, program: &str) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.name, program]);
+        c
+    }
+
+    /// Run a command inside the namespace; its stdout, or stderr as the error.
+    pub fn exec(&self, args: &[&str]) -> Result<String, String> {
+        let mut full = vec!["ip", "netns", "exec", &self.name];
+        full.extend(args);
+        run(&full).map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+    }
+}
