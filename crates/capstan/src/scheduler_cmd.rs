@@ -79,7 +79,8 @@ pub async fn start(kubeconfig: &Path, cfg: &Config, leader_elect: bool) -> anyho
 }
 
 async fn client(path: &Path) -> anyhow::Result<kube::Client> {
-    kube::Client::try_from(config(path).await?).context("building the API client")
+    // HTTP/2: the binder's many concurrent requests share one connection.
+    capstan_runtime::client::client(config(path).await?).context("building the API client")
 }
 
 /// The connection a kubeconfig file describes.

@@ -54,5 +54,6 @@ pub async fn client_for(
         token: Some(token.into()),
         ..Default::default()
     };
-    Ok(Client::try_from(config)?)
+    // HTTP/2: one multiplexed connection per controller instead of one per request in flight.
+    capstan_runtime::client::client(config)
 }

@@ -219,7 +219,7 @@ fn trim_pod(pod: &mut Pod) {
 /// manager's own connection (its informers use it; with `use_service_account_credentials` each
 /// controller writes with a token of its service account in kube-system).
 pub async fn run(config: kube::Config, opts: Options) -> anyhow::Result<()> {
-    let client = Client::try_from(config.clone())?;
+    let client = capstan_runtime::client::client(config.clone())?;
     if let Some(name) = opts.unknown_controller() {
         anyhow::bail!("--controllers: unknown controller {name:?}");
     }
