@@ -11,6 +11,7 @@ pub mod audit;
 pub mod auth;
 pub mod authn;
 pub mod codec;
+pub mod component_status;
 pub mod customresource;
 pub mod discovery;
 pub mod error;
@@ -71,6 +72,8 @@ pub struct Config {
     pub node_port_range: (u16, u16),
     /// `--audit-log-path`: where to write the audit log, if anywhere.
     pub audit_log: Option<std::path::PathBuf>,
+    /// `--etcd-servers` (empty: the embedded store), probed for componentstatuses.
+    pub etcd_servers: Vec<String>,
 }
 
 impl Default for Config {
@@ -80,6 +83,7 @@ impl Default for Config {
             service_cidr: "10.43.0.0/16".into(),
             node_port_range: (30000, 32767),
             audit_log: None,
+            etcd_servers: Vec::new(),
         }
     }
 }
@@ -105,6 +109,8 @@ pub struct ApiServer {
     pub kubelet: kubelet_proxy::KubeletClient,
     /// The kubelet scrapes metrics.k8s.io answers from.
     pub metrics_api: metrics_api::MetricsApi,
+    /// What componentstatuses probe.
+    pub component_status: component_status::Probes,
 }
 
 impl ApiServer {
@@ -183,6 +189,7 @@ impl ApiServer {
             advertise_address: config.advertise_address.clone(),
             kubelet: Default::default(),
             metrics_api: Default::default(),
+            component_status: component_status::Probes::new(&config.etcd_servers),
         });
         server.ensure_system_namespaces().await;
         server.ensure_system_priority_classes().await;
@@ -529,6 +536,9 @@ impl ApiServer {
                 "NotImplemented",
                 format!("the {} subresource is not served yet", info.subresource),
             ));
+        }
+        if component_status::serves(reg.info) {
+            return Ok(component_status::serve(self, reg.info, &call).await);
         }
         let verb_allowed = reg.info.has_verb(&info.verb) || !info.subresource.is_empty();
         if !verb_allowed {

@@ -6,7 +6,9 @@ use clap::{Parser, Subcommand};
 
 mod agent_cmd;
 mod controller_manager_cmd;
+mod dashboard_cmd;
 mod dns_cmd;
+mod ingress_cmd;
 mod kubelet_cmd;
 mod node;
 mod proxy_cmd;
@@ -67,6 +69,11 @@ enum Command {
     Proxy(proxy_cmd::ProxyArgs),
     /// Serve cluster DNS (CoreDNS's job): service and pod names, forwarding the rest.
     Dns(dns_cmd::DnsArgs),
+    /// Serve Ingresses (an ingress controller, ingress-nginx's job): HTTP and HTTPS routed by
+    /// host and path to the services' endpoints.
+    Ingress(ingress_cmd::IngressArgs),
+    /// Serve the web dashboard: the cluster in a browser, as the user whose token signs in.
+    Dashboard(dashboard_cmd::DashboardArgs),
     /// Bootstrap tokens that nodes join the cluster with (`capstan agent --token`).
     Token(token_cmd::TokenArgs),
     /// Read and write the embedded store directly (like etcdctl), for inspection and repair.
@@ -141,6 +148,8 @@ async fn run(command: Command) -> anyhow::Result<()> {
         Command::Agent(args) => agent_cmd::run(args).await,
         Command::Proxy(args) => proxy_cmd::run(args).await,
         Command::Dns(args) => dns_cmd::run(args).await,
+        Command::Ingress(args) => ingress_cmd::run(args).await,
+        Command::Dashboard(args) => dashboard_cmd::run(args).await,
         Command::Bench(args) => capstan_bench::run(args).await,
         Command::Debug(cmd) => store_cmd::debug(cmd).await,
     }

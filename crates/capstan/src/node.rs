@@ -376,7 +376,8 @@ pub(crate) fn is_root() -> bool {
         .unwrap_or(false)
 }
 
-/// Run the service proxy in `mode` for `node` as a component.
+/// Run the service proxy in `mode` for `node` as a component (its rules are removed when
+/// it is stopped).
 pub(crate) fn start_proxy(
     client: kube::Client,
     node: &str,
@@ -384,6 +385,103 @@ pub(crate) fn start_proxy(
     cluster_cidr: Option<String>,
     running: &mut Running,
 ) -> anyhow::Result<()> {
-    let _ = (client, node, mode, cluster_cidr, running);
-    anyhow::bail!("the service proxy is not built yet")
+    let mode: capstan_proxy::runner::Mode = mode.parse()?;
+    capstan_proxy::runner::check_mode(mode)?;
+    let opts = capstan_proxy::runner::ProxyOptions {
+        node_name: node.to_string(),
+        mode,
+        cluster_cidr,
+        ..Default::default()
+    };
+    running.components.push(Component::spawn(
+        "the service proxy",
+        move |stop| async move {
+            if let Err(e) = capstan_proxy::runner::run(opts, client, stop).await {
+                tracing::error!("service proxy: {e:#}");
+            }
+        },
+    ));
+    Ok(())
+}
+
+/// The kube-dns Service's address: the tenth of the service range, as kubeadm and k3s choose.
+pub(crate) fn cluster_dns_ip(service_cidr: &str) -> anyhow::Result<std::net::IpAddr> {
+    let first = capstan_pki::first_service_ip(service_cidr)?;
+    Ok(match first {
+        std::net::IpAddr::V4(a) => std::net::Ipv4Addr::from(u32::from(a) + 9).into(),
+        std::net::IpAddr::V6(a) => std::net::Ipv6Addr::from(u128::from(a) + 9).into(),
+    })
+}
+
+/// Serve the cluster DNS in process on the node's address and `port`, behind the
+/// `kube-system/kube-dns` Service at `service_ip` (port 53, UDP and TCP), whose EndpointSlice
+/// names this node. Returns the address it answers on once its records are in.
+pub(crate) async fn start_cluster_dns(
+    client: kube::Client,
+    node_name: &str,
+    service_ip: std::net::IpAddr,
+    port: u16,
+    running: &mut Running,
+) -> anyhow::Result<std::net::SocketAddr> {
+    use kube::api::{Patch, PatchParams};
+    let node = Api::<Node>::all(client.clone())
+        .get(node_name)
+        .await
+        .with_context(|| format!("reading node {node_name}"))?;
+    let node_ip: std::net::IpAddr = node
+        .status
+        .as_ref()
+        .and_then(|s| s.addresses.as_ref())
+        .and_then(|a| a.iter().find(|a| a.type_ == "InternalIP"))
+        .and_then(|a| a.address.parse().ok())
+        .with_context(|| format!("node {node_name} has no InternalIP for the cluster DNS"))?;
+    let listen = std::net::SocketAddr::new(node_ip, port);
+    let mut opts = capstan_dns::Options {
+        listen: vec![listen],
+        ..Default::default()
+    };
+    opts.upstreams = capstan_dns::default_upstreams(&opts.listen).unwrap_or_default();
+    let dns = capstan_dns::start(opts, client.clone())
+        .await
+        .with_context(|| format!("starting the cluster DNS on {listen}"))?;
+    let pp = PatchParams::apply("capstan-up").force();
+    let service = serde_json::json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "kube-dns", "namespace": "kube-system",
+                     "labels": {"k8s-app": "kube-dns", "kubernetes.io/name": "CoreDNS",
+                                "kubernetes.io/cluster-service": "true"}},
+        "spec": {"clusterIP": service_ip.to_string(), "ports": [
+            {"name": "dns", "port": 53, "protocol": "UDP", "targetPort": port},
+            {"name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": port},
+        ]},
+    });
+    Api::<k8s_openapi::api::core::v1::Service>::namespaced(client.clone(), "kube-system")
+        .patch("kube-dns", &pp, &Patch::Apply(&service))
+        .await
+        .context("writing the kube-dns Service")?;
+    let family = if node_ip.is_ipv6() { "IPv6" } else { "IPv4" };
+    let slice = serde_json::json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": "kube-dns-capstan", "namespace": "kube-system",
+                     "labels": {"kubernetes.io/service-name": "kube-dns",
+                                "endpointslice.kubernetes.io/managed-by": "capstan-up"}},
+        "addressType": family,
+        "endpoints": [{"addresses": [node_ip.to_string()], "conditions": {"ready": true},
+                       "nodeName": node_name}],
+        "ports": [{"name": "dns", "port": port, "protocol": "UDP"},
+                  {"name": "dns-tcp", "port": port, "protocol": "TCP"}],
+    });
+    Api::<k8s_openapi::api::discovery::v1::EndpointSlice>::namespaced(client, "kube-system")
+        .patch("kube-dns-capstan", &pp, &Patch::Apply(&slice))
+        .await
+        .context("writing the kube-dns EndpointSlice")?;
+    dns.wait_ready().await;
+    running.components.push(Component::spawn(
+        "the cluster DNS",
+        move |stop| async move {
+            stop.await;
+            dns.shutdown().await;
+        },
+    ));
+    Ok(listen)
 }

@@ -103,6 +103,16 @@ impl ServerArgs {
         &self.data_dir
     }
 
+    /// `--service-cluster-ip-range`.
+    pub(crate) fn service_cidr(&self) -> &str {
+        &self.service_cluster_ip_range
+    }
+
+    /// `--cluster-cidr`, when set.
+    pub(crate) fn cluster_cidr(&self) -> Option<String> {
+        Some(self.controller_flags.cluster_cidr.clone()).filter(|c| !c.is_empty())
+    }
+
     /// The address the API server listens on.
     pub(crate) fn listen_addr(&self) -> SocketAddr {
         SocketAddr::new(self.bind_address, self.secure_port)
@@ -245,6 +255,7 @@ pub(crate) async fn start(
         service_cidr: args.service_cluster_ip_range.clone(),
         node_port_range: parse_port_range(&args.service_node_port_range)?,
         audit_log: args.audit_log_path.clone(),
+        etcd_servers: args.etcd_servers.clone(),
     };
     let api = ApiServer::new(store, auth, config)
         .await

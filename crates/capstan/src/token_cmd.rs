@@ -168,7 +168,11 @@ async fn prepare_cluster(client: &kube::Client, server: &str, ca_pem: &str) -> a
                    "resourceNames": ["cluster-info"]}],
     });
     Api::<Role>::namespaced(client.clone(), "kube-public")
-        .patch("capstan:bootstrap-signer-clusterinfo", &pp, &Patch::Apply(&role))
+        .patch(
+            "capstan:bootstrap-signer-clusterinfo",
+            &pp,
+            &Patch::Apply(&role),
+        )
         .await
         .context("writing the cluster-info Role")?;
     let binding = json!({
@@ -182,7 +186,11 @@ async fn prepare_cluster(client: &kube::Client, server: &str, ca_pem: &str) -> a
                       "name": "system:bootstrappers"}],
     });
     Api::<RoleBinding>::namespaced(client.clone(), "kube-public")
-        .patch("capstan:bootstrap-signer-clusterinfo", &pp, &Patch::Apply(&binding))
+        .patch(
+            "capstan:bootstrap-signer-clusterinfo",
+            &pp,
+            &Patch::Apply(&binding),
+        )
         .await
         .context("writing the cluster-info RoleBinding")?;
     let bindings: Api<ClusterRoleBinding> = Api::all(client.clone());
@@ -203,7 +211,11 @@ async fn prepare_cluster(client: &kube::Client, server: &str, ca_pem: &str) -> a
             "system:nodes",
         ),
         // `capstan agent` runs the service proxy with the node's own credentials.
-        ("capstan:node-proxier", "system:node-proxier", "system:nodes"),
+        (
+            "capstan:node-proxier",
+            "system:node-proxier",
+            "system:nodes",
+        ),
     ] {
         let binding = json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
@@ -243,7 +255,11 @@ fn parse_ttl(s: &str) -> Result<Duration, String> {
         "h" => n * 3600,
         "m" => n * 60,
         "s" | "" => n,
-        _ => return Err(format!("invalid duration {s:?}: use e.g. 24h, 30m, 90s or 0")),
+        _ => {
+            return Err(format!(
+                "invalid duration {s:?}: use e.g. 24h, 30m, 90s or 0"
+            ))
+        }
     };
     Ok(Duration::from_secs(secs))
 }
@@ -265,6 +281,8 @@ mod tests {
     fn tokens_are_lowercase_alphanumeric() {
         let t = random_string(16);
         assert_eq!(t.len(), 16);
-        assert!(t.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()));
+        assert!(t
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()));
     }
 }

@@ -38,6 +38,36 @@ pub struct UpArgs {
     /// --data-dir is the default).
     #[arg(long)]
     write_kubeconfig: bool,
+
+    #[command(flatten)]
+    addons: AddonFlags,
+}
+
+/// What runs besides the control plane and the kubelet.
+#[derive(clap::Args, Debug, Clone)]
+struct AddonFlags {
+    /// How Services reach their endpoints: iptables, nftables or userspace.
+    #[arg(long, default_value = "iptables")]
+    proxy_mode: String,
+
+    /// Components not to run: proxy, dns, dashboard (comma-separated or repeated).
+    #[arg(long, value_delimiter = ',', value_parser = ["proxy", "dns", "dashboard"])]
+    disable: Vec<String>,
+
+    /// Where the dashboard listens (HTTPS, with a certificate of its own).
+    #[arg(long, default_value = "127.0.0.1:8443")]
+    dashboard_address: std::net::SocketAddr,
+
+    /// The port the cluster DNS answers on, on the node's address (the kube-dns Service's
+    /// port 53 leads there).
+    #[arg(long, default_value_t = 10053)]
+    cluster_dns_port: u16,
+}
+
+impl AddonFlags {
+    fn enabled(&self, what: &str) -> bool {
+        !self.disable.iter().any(|d| d == what)
+    }
 }
 
 pub async fn run(args: UpArgs) -> anyhow::Result<()> {
@@ -46,7 +76,10 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         server,
         node: args,
         write_kubeconfig,
+        addons,
     } = args;
+    let service_cidr = server.service_cidr().to_string();
+    let cluster_cidr = server.cluster_cidr();
     let data_dir = server.data_dir().to_path_buf();
     let default_dir = crate::default_data_dir();
     // A missing runtime is found before anything is written.
@@ -93,8 +126,9 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let main = async move {
         let mut running = Running::default();
         let outcome = tokio::select! {
-            r = bring_up(&args, write_kubeconfig, &data_dir, &default_dir, &server_url,
-                         &kubeconfig, &pki, &progress, &mut running) => r,
+            r = bring_up(&args, &addons, write_kubeconfig, &data_dir, &default_dir,
+                         &server_url, &kubeconfig, &pki, &service_cidr, cluster_cidr,
+                         &progress, &mut running) => r,
             _ = signals.recv() => Err(anyhow::anyhow!("interrupted while starting")),
         };
         let outcome = match outcome {
@@ -129,12 +163,15 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
 #[allow(clippy::too_many_arguments)]
 async fn bring_up(
     args: &NodeFlags,
+    addons: &AddonFlags,
     write_kubeconfig: bool,
     data_dir: &Path,
     default_dir: &Path,
     server_url: &str,
     kubeconfig: &Path,
     pki: &capstan_pki::Pki,
+    service_cidr: &str,
+    cluster_cidr: Option<String>,
     progress: &Arc<Progress>,
     running: &mut Running,
 ) -> anyhow::Result<()> {
@@ -163,25 +200,82 @@ async fn bring_up(
         crate::node::start_runtime(args, data_dir, default_dir, progress, running).await?;
 
     // The kubelet, in process, as system:node:NAME.
-    let opts = crate::node::kubelet_options(
-        args,
-        data_dir,
-        default_dir,
-        pki.ca_cert_pem(),
-        cni_conf_dir,
-    );
+    let mut opts =
+        crate::node::kubelet_options(args, data_dir, default_dir, pki.ca_cert_pem(), cni_conf_dir);
+    let dns_ip = crate::node::cluster_dns_ip(service_cidr)?;
+    if addons.enabled("dns") {
+        opts.cluster_dns = vec![dns_ip];
+    }
     let node_name = opts.node_name.clone();
-    let node_client = node_client(pki, server_url, &node_name).await?;
+    // The kubelet as system:node:NAME (the Node authorizer and NodeRestriction govern it),
+    // the proxy as system:kube-proxy (system:node-proxier), as kubeadm's clusters have them.
+    let node_client = client_as(
+        pki,
+        server_url,
+        &format!("system:node:{node_name}"),
+        &["system:nodes"],
+    )
+    .await?;
     // A Node kept from an earlier run still says Ready: only what this kubelet wrote counts
     // (times in Node status are whole seconds).
     let since =
         k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(1);
-    crate::node::start_kubelet(node_client, &endpoint, opts, running)?;
+    crate::node::start_kubelet(node_client.clone(), &endpoint, opts, running)?;
+    if addons.enabled("proxy") {
+        crate::node::start_proxy(
+            client_as(pki, server_url, "system:kube-proxy", &[]).await?,
+            &node_name,
+            &addons.proxy_mode,
+            cluster_cidr,
+            running,
+        )?;
+        progress.step("proxy running", &addons.proxy_mode);
+    }
     let hint = format!(
         "kubectl --kubeconfig {} describe node {node_name}",
         kubeconfig.display()
     );
     crate::node::wait_node_ready(&admin, &node_name, since, progress, running, &hint).await?;
+    if addons.enabled("dns") {
+        let addr = crate::node::start_cluster_dns(
+            admin.clone(),
+            &node_name,
+            dns_ip,
+            addons.cluster_dns_port,
+            running,
+        )
+        .await?;
+        progress.step("cluster DNS ready", &format!("{dns_ip} → {addr}"));
+    }
+    let mut dashboard_url = None;
+    if addons.enabled("dashboard") {
+        let dashboard = capstan_dashboard::Dashboard::bind(
+            capstan_dashboard::Options {
+                bind: addons.dashboard_address,
+                tls: capstan_dashboard::Tls::SelfSigned,
+            },
+            capstan_dashboard::ApiTarget {
+                url: server_url.to_string(),
+                ca_pem: Some(pki.ca_cert_pem().to_string()),
+            },
+        )
+        .await
+        .context(
+            "starting the dashboard (another port: --dashboard-address, or --disable dashboard)",
+        )?;
+        let url = dashboard.url();
+        dashboard_account(&admin).await?;
+        running.components.push(crate::node::Component::spawn(
+            "the dashboard",
+            move |stop| async move {
+                if let Err(e) = dashboard.serve(stop).await {
+                    tracing::error!("dashboard: {e:#}");
+                }
+            },
+        ));
+        progress.step("dashboard serving", &url);
+        dashboard_url = Some(url);
+    }
 
     eprintln!();
     eprintln!("kubeconfig: {}", kubeconfig.display());
@@ -195,6 +289,13 @@ async fn bring_up(
         "try: kubectl --kubeconfig {} get nodes",
         kubeconfig.display()
     );
+    if let Some(url) = dashboard_url {
+        eprintln!(
+            "dashboard: {url} (sign in with the token of: kubectl --kubeconfig {} -n \
+             kube-system create token capstan-dashboard)",
+            kubeconfig.display()
+        );
+    }
     eprintln!(
         "(Ctrl-C stops the cluster; its objects are kept in {})",
         data_dir.display()
@@ -221,31 +322,32 @@ async fn wait_leader(client: kube::Client, name: &str, what: &str, progress: Arc
     }
 }
 
-/// A client authenticated as `system:node:NAME` (group `system:nodes`), with a certificate
-/// from the cluster CA.
-async fn node_client(
+/// A client authenticated as `user` in `groups`, with a certificate from the cluster CA,
+/// speaking HTTP/2 (as client-go does).
+async fn client_as(
     pki: &capstan_pki::Pki,
     server_url: &str,
-    node: &str,
+    user: &str,
+    groups: &[&str],
 ) -> anyhow::Result<kube::Client> {
-    let user = format!("system:node:{node}");
     let (cert, key) = pki
-        .issue_client_cert(&user, &["system:nodes"], Duration::from_secs(365 * 86400))
+        .issue_client_cert(user, groups, Duration::from_secs(365 * 86400))
         .with_context(|| format!("issuing the certificate of {user}"))?;
     let yaml = capstan_pki::kubeconfig::render(&capstan_pki::kubeconfig::Entry {
         cluster_name: "capstan",
         server_url,
         ca_pem: pki.ca_cert_pem(),
-        user_name: &user,
+        user_name: user,
         cert_pem: &cert,
         key_pem: &key,
     });
     let kc = kube::config::Kubeconfig::from_yaml(&yaml)
-        .map_err(|e| anyhow::anyhow!("the kubelet's kubeconfig: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("the kubeconfig of {user}: {e}"))?;
     let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
         .await
-        .map_err(|e| anyhow::anyhow!("the kubelet's kubeconfig: {e}"))?;
-    kube::Client::try_from(config).context("building the kubelet's client")
+        .map_err(|e| anyhow::anyhow!("the kubeconfig of {user}: {e}"))?;
+    capstan_runtime::client::client(config)
+        .with_context(|| format!("building the client of {user}"))
 }
 
 /// Merge an admin entry into ~/.kube/config as context `capstan` (made current).
@@ -272,3 +374,32 @@ fn merge_kubeconfig(pki: &capstan_pki::Pki, server_url: &str) -> anyhow::Result<
     Ok(path)
 }
 
+/// The ServiceAccount `kube-system/capstan-dashboard`, bound to cluster-admin: the dashboard's
+/// sign-in for the cluster's owner (`kubectl create token` gives its tokens).
+async fn dashboard_account(admin: &kube::Client) -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+    use kube::api::{Patch, PatchParams};
+    let pp = PatchParams::apply("capstan-up").force();
+    let account = serde_json::json!({
+        "apiVersion": "v1", "kind": "ServiceAccount",
+        "metadata": {"name": "capstan-dashboard", "namespace": "kube-system"},
+    });
+    kube::Api::<ServiceAccount>::namespaced(admin.clone(), "kube-system")
+        .patch("capstan-dashboard", &pp, &Patch::Apply(&account))
+        .await
+        .context("writing the ServiceAccount kube-system/capstan-dashboard")?;
+    let binding = serde_json::json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "capstan-dashboard"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "cluster-admin"},
+        "subjects": [{"kind": "ServiceAccount", "name": "capstan-dashboard",
+                      "namespace": "kube-system"}],
+    });
+    kube::Api::<ClusterRoleBinding>::all(admin.clone())
+        .patch("capstan-dashboard", &pp, &Patch::Apply(&binding))
+        .await
+        .context("writing the ClusterRoleBinding capstan-dashboard")?;
+    Ok(())
+}

@@ -88,29 +88,30 @@ fn join_command(server: &Server) -> (String, String, String) {
 
 /// The pod's IP once it runs.
 fn running_pod_ip(server: &Server, name: &str) -> String {
-    let mut ip = String::new();
-    wait_until(
-        &format!("pod {name} Running"),
-        Duration::from_secs(120),
-        || {
-            let out = server.kubectl(&[
-                "get",
-                "pod",
-                name,
-                "-o",
-                "jsonpath={.status.phase} {.status.podIP}",
-            ]);
-            let text = String::from_utf8_lossy(&out.stdout).to_string();
-            match text.split_once(' ') {
-                Some(("Running", pod_ip)) if !pod_ip.is_empty() => {
-                    ip = pod_ip.to_string();
-                    true
-                }
-                _ => false,
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let out = server.kubectl(&[
+            "get",
+            "pod",
+            name,
+            "-o",
+            "jsonpath={.status.phase} {.status.podIP}",
+        ]);
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        if let Some(("Running", pod_ip)) = text.split_once(' ') {
+            if !pod_ip.is_empty() {
+                return pod_ip.to_string();
             }
-        },
-    );
-    ip
+        }
+        if std::time::Instant::now() > deadline {
+            let describe = server.kubectl(&["describe", "pod", name]);
+            panic!(
+                "pod {name} is not Running after 120s:\n{}",
+                String::from_utf8_lossy(&describe.stdout)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 fn http_get(addr: &str) -> std::io::Result<String> {
@@ -153,7 +154,7 @@ fn three_agents_join_and_services_reach_pods_across_nodes() {
 
     // Cluster DNS: `capstan dns` on node 0, behind the kube-dns Service.
     let nodes: Vec<NodeNs> = (0..3).map(|_| bed.node()).collect();
-    let dns_ip = "10.96.0.10";
+    let dns_ip = "10.43.0.10";
     let admin_bridge = write_kubeconfig_for(&server, &host, work.path());
     let dns = InNs::spawn(
         &nodes[0],
@@ -231,7 +232,7 @@ ports:
             work.path().join(format!("agent-{i}.log")),
         ));
     }
-    for i in 0..3 {
+    for (i, agent) in agents.iter().enumerate() {
         let name = format!("node-{i}");
         wait_until(&format!("{name} Ready"), Duration::from_secs(120), || {
             let out = server.kubectl(&[
@@ -244,9 +245,9 @@ ports:
             if !out.status.success() {
                 // Fail fast with the agent's log when it has exited.
                 assert!(
-                    !agents[i].log().contains("capstan: "),
+                    !agent.log().contains("capstan: "),
                     "agent {i} failed:\n{}",
-                    agents[i].log()
+                    agent.log()
                 );
             }
             String::from_utf8_lossy(&out.stdout) == "True"
@@ -337,7 +338,7 @@ spec:
         let other = (i + 1) % 3;
         let got = exec(
             &format!("client-{i}"),
-            &format!("wget -q -T 5 -O - http://{}/", web_ips[other]),
+            &format!("timeout 5 wget -q -O - http://{}/", web_ips[other]),
         );
         assert_eq!(
             got.trim(),
@@ -352,7 +353,7 @@ spec:
         let mut order = Vec::new();
         let got = exec(
             &format!("client-{i}"),
-            "for n in $(seq 1 30); do wget -q -T 5 -O - http://web.default.svc.cluster.local/; done",
+            "for n in $(seq 1 30); do timeout 5 wget -q -O - http://web.default.svc.cluster.local/; done",
         );
         for line in got.lines() {
             seen.insert(line.trim().to_string());

@@ -1,9 +1,13 @@
 //! `capstan up`: a whole single-node cluster in one process, with a managed containerd.
 //!
-//! One test (it needs root, containerd, runc and the CNI plugins; it is skipped otherwise):
-//! the node becomes Ready, a pod runs and logs, a second `capstan up` on the same port fails
-//! with one line and writes nothing, SIGINT stops everything (exit 0, no containerd, shim or
-//! container left), and a restart on the same data directory runs the pod again.
+//! One test (it needs root, containerd, runc and the CNI plugins): the node becomes Ready, a pod
+//! runs and logs, a Service reaches it through the proxy and the cluster DNS names it, a second
+//! `capstan up` on the same port fails with one line and writes nothing, SIGINT stops
+//! everything (exit 0, no containerd, shim, container or proxy rule left), and a restart on the
+//! same data directory runs the pod again.
+//!
+//! The cluster runs in a network namespace of its own (a test-bed node, as a machine of its
+//! own would be), so that its proxy rules and pod network stay out of the host's.
 
 mod support;
 
@@ -12,10 +16,38 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::{kubectl, node, wait_until};
+use capstan_testkit::netbed::{Bed, NodeNs};
+use support::{node, wait_until};
+
+/// kubectl inside the cluster's namespace (its API server listens on the namespace's loopback).
+fn kubectl(
+    ns: &NodeNs,
+    kubeconfig: &Path,
+    args: &[&str],
+    stdin: Option<&str>,
+) -> std::process::Output {
+    use std::io::Write;
+    let mut child = ns
+        .command("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl runs");
+    let mut input = child.stdin.take().unwrap();
+    if let Some(text) = stdin {
+        input.write_all(text.as_bytes()).unwrap();
+    }
+    drop(input);
+    child.wait_with_output().unwrap()
+}
 
 /// A `capstan up` process; dropping it kills it and removes whatever it left.
 struct Up {
+    ns: NodeNs,
     dir: PathBuf,
     state: PathBuf,
     bridge: String,
@@ -30,7 +62,9 @@ impl Up {
             .append(true)
             .open(self.dir.join("up.log"))
             .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_capstan"))
+        let child = self
+            .ns
+            .command(env!("CARGO_BIN_EXE_capstan"))
             .arg("up")
             .args(&self.args)
             // Never ~/.kube/config: the data directory is not the default, and HOME is ours.
@@ -53,7 +87,7 @@ impl Up {
     }
 
     fn ok(&self, args: &[&str]) -> String {
-        let out = kubectl(&self.kubeconfig(), args, None);
+        let out = kubectl(&self.ns, &self.kubeconfig(), args, None);
         assert!(
             out.status.success(),
             "kubectl {args:?}: {}",
@@ -63,7 +97,7 @@ impl Up {
     }
 
     fn get(&self, args: &[&str]) -> String {
-        let out = kubectl(&self.kubeconfig(), args, None);
+        let out = kubectl(&self.ns, &self.kubeconfig(), args, None);
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
@@ -213,7 +247,10 @@ fn up_runs_a_node_stops_cleanly_and_restarts_with_its_pods() {
         can_run(),
         "needs root, containerd and runc (.ci/run installs them)"
     );
-    let registry = node::Registry::start();
+    let mut bed = Bed::new();
+    let ns = bed.node();
+    let host = bed.host_ip().to_string();
+    let registry = node::Registry::start_on(std::net::Ipv4Addr::UNSPECIFIED);
     let dir = tempfile::Builder::new()
         .prefix("capstan-up-")
         .tempdir()
@@ -240,8 +277,11 @@ fn up_runs_a_node_stops_cleanly_and_restarts_with_its_pods() {
         support::unique_cluster_cidr(),
         "--node-name".into(),
         "up-node".into(),
+        "--insecure-registry".into(),
+        format!("{host}:{}", registry.port()),
     ];
     let mut up = Up {
+        ns: ns.clone(),
         dir,
         state,
         bridge,
@@ -275,9 +315,9 @@ fn up_runs_a_node_stops_cleanly_and_restarts_with_its_pods() {
     let pod = format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: hello\nspec:\n  containers:\n  - name: c\n    \
          image: {}\n    command: [\"sh\", \"-c\", \"echo hello from up; sleep 3600\"]\n",
-        registry.image("busybox")
+        registry.image_at(&host, "busybox")
     );
-    let out = kubectl(&up.kubeconfig(), &["apply", "-f", "-"], Some(&pod));
+    let out = kubectl(&ns, &up.kubeconfig(), &["apply", "-f", "-"], Some(&pod));
     assert!(out.status.success(), "{out:?}");
     let phase = "jsonpath={.status.phase}";
     wait_until("the pod Running", Duration::from_secs(90), || {
@@ -286,6 +326,79 @@ fn up_runs_a_node_stops_cleanly_and_restarts_with_its_pods() {
     wait_until("the pod's log", Duration::from_secs(30), || {
         up.get(&["logs", "hello"]).contains("hello from up")
     });
+    // A Service reaches a pod through the proxy, and the cluster DNS names it.
+    let web = format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: web, labels: {{app: web}}}}
+spec:
+  containers:
+  - name: web
+    image: {}
+    command: ["sh", "-c", "mkdir -p /www && echo hello from web > /www/index.html && exec httpd -f -p 8080 -h /www"]
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: web}}
+spec:
+  selector: {{app: web}}
+  ports: [{{port: 80, targetPort: 8080}}]
+"#,
+        registry.image_at(&host, "busybox")
+    );
+    let out = kubectl(&ns, &up.kubeconfig(), &["apply", "-f", "-"], Some(&web));
+    assert!(out.status.success(), "{out:?}");
+    wait_until("the web pod Running", Duration::from_secs(90), || {
+        up.get(&["get", "pod", "web", "-o", phase]) == "Running"
+    });
+    let cluster_ip = up.ok(&["get", "service", "web", "-o", "jsonpath={.spec.clusterIP}"]);
+    wait_until("the Service answers", Duration::from_secs(60), || {
+        // (busybox's wget -T crashes on Debian 12: `timeout` bounds it instead.)
+        ns.exec(&[
+            "timeout",
+            "5",
+            "busybox",
+            "wget",
+            "-q",
+            "-O",
+            "-",
+            &format!("http://{cluster_ip}/"),
+        ])
+        .is_ok_and(|body| body.contains("hello from web"))
+    });
+    let mut answer = String::new();
+    wait_until(
+        "the cluster DNS names the Service",
+        Duration::from_secs(60),
+        || {
+            answer = up.get(&[
+                "exec",
+                "hello",
+                "--",
+                "nslookup",
+                "web.default.svc.cluster.local",
+            ]);
+            answer.contains(&cluster_ip)
+        },
+    );
+    assert!(
+        up.ok(&["exec", "hello", "--", "cat", "/etc/resolv.conf"])
+            .contains("10.43.0.10"),
+        "pods resolve through the kube-dns Service"
+    );
+
+    // The dashboard serves its UI, and its sign-in account gives tokens.
+    let page = ns
+        .exec(&["curl", "-sk", "https://127.0.0.1:8443/"])
+        .unwrap_or_default();
+    assert!(
+        page.to_lowercase().contains("<html"),
+        "dashboard page: {page}"
+    );
+    let token = up.ok(&["-n", "kube-system", "create", "token", "capstan-dashboard"]);
+    assert!(token.trim().len() > 100, "{token}");
+
     let container_id = "jsonpath={.status.containerStatuses[0].containerID}";
     let first_id = up.ok(&["get", "pod", "hello", "-o", container_id]);
     assert!(first_id.starts_with("containerd://"), "{first_id}");
@@ -294,7 +407,8 @@ fn up_runs_a_node_stops_cleanly_and_restarts_with_its_pods() {
     // A second cluster on the same port: one clear line, and its data directory untouched.
     let other = tempfile::tempdir().unwrap();
     let other_data = other.path().join("data");
-    let out = Command::new(env!("CARGO_BIN_EXE_capstan"))
+    let out = ns
+        .command(env!("CARGO_BIN_EXE_capstan"))
         .args(["up", "--data-dir"])
         .arg(&other_data)
         .args([
@@ -334,6 +448,8 @@ fn up_runs_a_node_stops_cleanly_and_restarts_with_its_pods() {
     assert!(up.log().contains("capstan up: stopped"));
     let left = up.leftovers();
     assert!(left.is_empty(), "left running: {left:#?}");
+    let nat = ns.exec(&["iptables-save", "-t", "nat"]).unwrap();
+    assert!(!nat.contains("KUBE-SERVICES"), "proxy rules left:\n{nat}");
     let runc = Command::new("runc")
         .arg("--root")
         .arg(up.state.join("runc"))

@@ -1155,8 +1155,8 @@ pub fn ca_cert_hash(cert: &[u8]) -> Result<String> {
         Ok(d) => d.as_ref().to_vec(),
         Err(_) => cert.to_vec(),
     };
-    let (_, x) = X509Certificate::from_der(&der)
-        .map_err(|e| crypto("parsing the CA certificate", e))?;
+    let (_, x) =
+        X509Certificate::from_der(&der).map_err(|e| crypto("parsing the CA certificate", e))?;
     let digest = ring::digest::digest(&ring::digest::SHA256, x.tbs_certificate.subject_pki.raw);
     let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
     Ok(format!("sha256:{hex}"))
@@ -1169,9 +1169,7 @@ pub fn client_csr(common_name: &str, organizations: &[&str]) -> Result<(String, 
     let mut params = CertificateParams::default();
     params.distinguished_name = DistinguishedName::new();
     for o in organizations {
-        params
-            .distinguished_name
-            .push(DnType::OrganizationName, *o);
+        params.distinguished_name.push(DnType::OrganizationName, *o);
     }
     params
         .distinguished_name

@@ -11,8 +11,10 @@ use std::sync::Arc;
 
 pub mod iptables;
 pub mod model;
+pub mod netns;
 pub mod nftables;
 pub mod podnet;
+pub mod runner;
 pub mod userspace;
 
 /// The transport protocol of a service port.
@@ -87,7 +89,7 @@ pub struct Endpoint {
     pub port: u16,
     /// conditions.ready (nil counts as true).
     pub ready: bool,
-    /// conditions.serving (nil: same as ready).
+    /// conditions.serving (nil counts as true, as kube-proxy reads it).
     pub serving: bool,
     /// conditions.terminating (nil counts as false).
     pub terminating: bool,

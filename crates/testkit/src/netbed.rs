@@ -155,10 +155,14 @@ pub struct NodeNs {
 }
 
 impl NodeNs {
-    /// A command run inside the namespace (`ip netns exec NAME program ...`).
+    /// A command run inside the namespace. It enters only the network namespace
+    /// (`nsenter --net`): `ip netns exec` would also give it a mount namespace with a fresh
+    /// /sys, hiding the cgroup mounts that runc needs.
     pub fn command(&self, program: &str) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.name, program]);
+        let mut c = Command::new("nsenter");
+        c.arg(format!("--net=/run/netns/{}", self.name))
+            .arg("--")
+            .arg(program);
         c
     }
 

@@ -60,12 +60,13 @@ impl Server {
             .arg("server")
             .arg("--data-dir")
             .arg(dir.path())
-            .args([
-                "--secure-port",
-                &port.to_string(),
-                "--bind-address",
-                "127.0.0.1",
-            ])
+            .args(["--secure-port", &port.to_string()])
+            .args(
+                (!extra.contains(&"--bind-address"))
+                    .then_some(["--bind-address", "127.0.0.1"])
+                    .into_iter()
+                    .flatten(),
+            )
             .args(extra)
             .args((!scheduler).then_some("--disable-scheduler"))
             .args((!controllers).then_some("--disable-controller-manager"))
