@@ -152,6 +152,35 @@ fn three_agents_join_and_services_reach_pods_across_nodes() {
     let url = url.replace("127.0.0.1", &host);
     let work = tempfile::tempdir().unwrap();
 
+    // Bad joins end at once with one line, and leave no credentials behind.
+    for (token, hash, says) in [
+        (token.as_str(), "sha256:00", "refusing to join"),
+        ("not-a-token", hash.as_str(), "--token must look like"),
+        ("abcdef.0123456789abcdef", hash.as_str(), "cluster-info"),
+    ] {
+        let dir = work.path().join("bad-join");
+        let out = Command::new(env!("CARGO_BIN_EXE_capstan"))
+            .args([
+                "agent",
+                "--server",
+                &url,
+                "--token",
+                token,
+                "--ca-cert-hash",
+                hash,
+            ])
+            .arg("--data-dir")
+            .arg(&dir)
+            .env("CAPSTAN_LOG", "error")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{stderr}");
+        assert!(stderr.contains(says), "{says:?} not in: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+        assert!(!dir.join("kubelet.kubeconfig").exists());
+    }
+
     // Cluster DNS: `capstan dns` on node 0, behind the kube-dns Service.
     let nodes: Vec<NodeNs> = (0..3).map(|_| bed.node()).collect();
     let dns_ip = "10.43.0.10";
