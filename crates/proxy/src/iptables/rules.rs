@@ -301,14 +301,16 @@ pub(crate) fn comment(text: &str) -> String {
     let mut clean = String::with_capacity(text.len() + 2);
     clean.push('"');
     for c in text.chars() {
-        if clean.len() >= 255 {
-            break;
-        }
-        clean.push(if c == '"' || c == '\\' || c.is_control() {
+        let c = if c == '"' || c == '\\' || c.is_control() {
             '_'
         } else {
             c
-        });
+        };
+        // One byte for the opening quote.
+        if clean.len() - 1 + c.len_utf8() > 255 {
+            break;
+        }
+        clean.push(c);
     }
     clean.push('"');
     clean
@@ -326,7 +328,7 @@ pub(crate) struct ChainRules {
 pub(crate) struct Rendered {
     /// The port's hash; orders services in the dispatch chains.
     pub hash: String,
-    /// Rules for the shared chains, rewritten on every sync.
+    /// Rules for the shared top-level chains (rewritten whenever any of them changes).
     pub nat_services: String,
     pub nat_nodeports: String,
     pub filter_services: String,
