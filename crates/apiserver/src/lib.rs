@@ -18,6 +18,7 @@ pub mod error;
 pub mod filter;
 pub mod handlers;
 pub mod impersonation;
+pub mod inprocess;
 pub mod kubelet_proxy;
 pub mod metrics;
 pub mod metrics_api;
@@ -53,6 +54,8 @@ use handlers::{error_response, json_response, value_response, Body, Call};
 use registry::{DefaultStrategy, Registry, WriteOptions};
 use request::{Query, RequestInfo};
 use watch_cache::WatchCache;
+
+pub use inprocess::InProcess;
 
 /// The Kubernetes version capstan reports (kubectl picks its own version from this).
 pub const KUBERNETES_VERSION: &str = "v1.32.0";

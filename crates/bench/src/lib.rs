@@ -8,10 +8,12 @@ pub mod auth;
 pub mod controllers;
 pub mod dns;
 mod duration;
+pub mod hollow;
 mod latency;
 pub mod nodes;
 pub mod podstartup;
 pub mod proxy;
+pub mod proxy_throughput;
 pub mod report;
 pub mod scheduler;
 pub mod store;
@@ -44,6 +46,9 @@ pub enum BenchCommand {
     /// Hollow nodes: Nodes that register, heartbeat and "run" their pods without containers,
     /// to exercise a control plane with many nodes.
     Nodes(nodes::NodesArgs),
+    /// Hollow kubelets: many real kubelets in one process over a runtime that runs nothing,
+    /// and the process's memory.
+    Hollow(hollow::HollowArgs),
     /// Kubernetes' pod start-up latency: many pods created at once on one real node, from
     /// create to Running as a watch sees it, and the kubelet's memory.
     Podstartup(podstartup::PodStartupArgs),
@@ -52,6 +57,9 @@ pub enum BenchCommand {
     /// How long a proxy mode takes to program many services (iptables, nftables), in a
     /// private network namespace.
     Proxy(proxy::ProxyArgs),
+    /// The userspace proxy's throughput as a share of a direct connection (in a private
+    /// network namespace).
+    ProxyThroughput(proxy_throughput::ThroughputArgs),
 }
 
 /// Run a benchmark subcommand, printing its measurements to stdout.
@@ -62,9 +70,11 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::Auth(args) => auth::run(args).await,
         BenchCommand::Scheduler(args) => scheduler::run(args).await,
         BenchCommand::Nodes(args) => nodes::run(args).await,
+        BenchCommand::Hollow(args) => hollow::run(args).await,
         BenchCommand::Controllers(args) => controllers::run(args).await,
         BenchCommand::Podstartup(args) => podstartup::run(args).await,
         BenchCommand::Dns(args) => dns::run(args).await,
         BenchCommand::Proxy(args) => proxy::run(args).await,
+        BenchCommand::ProxyThroughput(args) => proxy_throughput::run(args).await,
     }
 }

@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
-use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use serde_json::json;
 
@@ -76,8 +75,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     let progress = Progress::new();
     let default_dir = crate::default_data_dir().join("agent");
     let data_dir = args.data_dir.clone().unwrap_or_else(|| default_dir.clone());
-    std::fs::create_dir_all(&data_dir)
-        .with_context(|| format!("creating {}", data_dir.display()))?;
+    crate::datadir::prepare(&data_dir)?;
     let server = args.server.trim_end_matches('/').to_string();
     let node_name = args
         .node
@@ -188,6 +186,140 @@ async fn bring_up(
     .await
 }
 
+/// The cluster CA whose hash is `pin`, from the certificate chain the API server at `server`
+/// presents (capstan's API server ends its chain with the cluster CA). Nothing is sent but a
+/// TLS handshake.
+async fn discover_ca(server: &str, pin: &str) -> anyhow::Result<String> {
+    use capstan_pki::rustls;
+    use std::sync::{Arc, Mutex};
+
+    /// Accepts any chain, keeping it: the pin decides afterwards.
+    #[derive(Debug)]
+    struct Record {
+        chain: Mutex<Vec<Vec<u8>>>,
+        provider: Arc<rustls::crypto::CryptoProvider>,
+    }
+    impl rustls::client::danger::ServerCertVerifier for Record {
+        fn verify_server_cert(
+            &self,
+            end_entity: &rustls::pki_types::CertificateDer<'_>,
+            intermediates: &[rustls::pki_types::CertificateDer<'_>],
+            _server_name: &rustls::pki_types::ServerName<'_>,
+            _ocsp: &[u8],
+            _now: rustls::pki_types::UnixTime,
+        ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+            let mut chain = vec![end_entity.to_vec()];
+            chain.extend(intermediates.iter().map(|c| c.to_vec()));
+            *self.chain.lock().unwrap_or_else(|e| e.into_inner()) = chain;
+            Ok(rustls::client::danger::ServerCertVerified::assertion())
+        }
+        fn verify_tls12_signature(
+            &self,
+            message: &[u8],
+            cert: &rustls::pki_types::CertificateDer<'_>,
+            dss: &rustls::DigitallySignedStruct,
+        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+            rustls::crypto::verify_tls12_signature(
+                message,
+                cert,
+                dss,
+                &self.provider.signature_verification_algorithms,
+            )
+        }
+        fn verify_tls13_signature(
+            &self,
+            message: &[u8],
+            cert: &rustls::pki_types::CertificateDer<'_>,
+            dss: &rustls::DigitallySignedStruct,
+        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+            rustls::crypto::verify_tls13_signature(
+                message,
+                cert,
+                dss,
+                &self.provider.signature_verification_algorithms,
+            )
+        }
+        fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+            self.provider
+                .signature_verification_algorithms
+                .supported_schemes()
+        }
+    }
+
+    let authority = server
+        .strip_prefix("https://")
+        .with_context(|| format!("--server {server:?} must be an https:// URL"))?
+        .split('/')
+        .next()
+        .unwrap_or_default();
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((h, p)) if !h.ends_with(':') && p.parse::<u16>().is_ok() => {
+            (h.to_string(), p.parse::<u16>().unwrap_or(443))
+        }
+        _ => (authority.to_string(), 443),
+    };
+    if host.is_empty() {
+        anyhow::bail!("--server {server:?} has no host");
+    }
+    let provider = capstan_pki::crypto_provider();
+    let record = Arc::new(Record {
+        chain: Mutex::new(Vec::new()),
+        provider: provider.clone(),
+    });
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .context("TLS versions")?
+        .dangerous()
+        .with_custom_certificate_verifier(record.clone())
+        .with_no_client_auth();
+    let bare = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
+    let name = rustls::pki_types::ServerName::try_from(bare.clone())
+        .with_context(|| format!("--server host {host:?}"))?;
+    let tcp = tokio::time::timeout(
+        Duration::from_secs(10),
+        tokio::net::TcpStream::connect((bare.as_str(), port)),
+    )
+    .await
+    .map_err(|_| anyhow::anyhow!("connecting to {server} timed out"))?
+    .with_context(|| format!("connecting to {server}"))?;
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, tcp)
+        .await
+        .with_context(|| format!("TLS handshake with {server}"))?;
+    let chain = record
+        .chain
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    for der in &chain {
+        if let Ok(hash) = capstan_pki::ca_cert_hash(der) {
+            if hash.eq_ignore_ascii_case(pin.trim()) {
+                use base64::Engine;
+                let b64 = base64::engine::general_purpose::STANDARD.encode(der);
+                let mut pem = String::from("-----BEGIN CERTIFICATE-----\n");
+                for line in b64.as_bytes().chunks(64) {
+                    pem.push_str(std::str::from_utf8(line).unwrap_or_default());
+                    pem.push('\n');
+                }
+                pem.push_str("-----END CERTIFICATE-----\n");
+                return Ok(pem);
+            }
+        }
+    }
+    let presented: Vec<String> = chain
+        .iter()
+        .filter_map(|der| capstan_pki::ca_cert_hash(der).ok())
+        .collect();
+    anyhow::bail!(
+        "no certificate that {server} presents has hash {pin} (it presents {}): refusing to \
+         join (wrong server, or a stale --ca-cert-hash)",
+        presented.join(", ")
+    )
+}
+
 /// The kubelet TLS bootstrap: a client certificate for `system:node:NAME`, written with the
 /// cluster CA into a kubeconfig at `out`.
 async fn bootstrap(
@@ -206,40 +338,10 @@ async fn bootstrap(
         "--ca-cert-hash is needed with --token, to check that the server is the cluster's \
          (`capstan token create --print-join-command` prints it)",
     )?;
-    // Discovery: cluster-info, over TLS that is checked against the pin afterwards.
-    let insecure = kubeconfig_yaml(server, None, Some(token), None);
-    let client = client_from_yaml(&insecure, true).await?;
-    let info = Api::<ConfigMap>::namespaced(client, "kube-public")
-        .get("cluster-info")
-        .await
-        .with_context(|| {
-            format!("reading kube-public/cluster-info from {server} (is the token valid?)")
-        })?;
-    let kc_text = info
-        .data
-        .as_ref()
-        .and_then(|d| d.get("kubeconfig"))
-        .context("kube-public/cluster-info has no kubeconfig")?;
-    let kc = kube::config::Kubeconfig::from_yaml(kc_text)
-        .map_err(|e| anyhow::anyhow!("kube-public/cluster-info: {e}"))?;
-    let ca_data = kc
-        .clusters
-        .first()
-        .and_then(|c| c.cluster.as_ref())
-        .and_then(|c| c.certificate_authority_data.clone())
-        .context("kube-public/cluster-info names no CA")?;
+    // Discovery: the cluster CA from the server's TLS handshake, pinned by its hash before
+    // any credential is sent.
+    let ca_pem = discover_ca(server, ca_hash).await?;
     use base64::Engine;
-    let ca_pem = base64::engine::general_purpose::STANDARD
-        .decode(ca_data.trim())
-        .context("the CA in kube-public/cluster-info is not base64")?;
-    let ca_pem = String::from_utf8(ca_pem).context("the CA in cluster-info is not PEM")?;
-    let actual = capstan_pki::ca_cert_hash(ca_pem.as_bytes())?;
-    if !actual.eq_ignore_ascii_case(ca_hash.trim()) {
-        anyhow::bail!(
-            "the cluster CA of {server} has hash {actual}, not {ca_hash}: refusing to join \
-             (wrong server, or a stale --ca-cert-hash)"
-        );
-    }
 
     // The certificate request, as the bootstrap token's user.
     let client = client_from_yaml(

@@ -54,6 +54,7 @@ pub async fn run(args: IngressArgs) -> anyhow::Result<()> {
         ingress_class: args.ingress_class,
         publish_address: args.publish_address,
         node_name: args.node_name,
+        workers: 0,
     };
     capstan_ingress::run(opts, client, shutdown_signal()).await
 }

@@ -22,6 +22,24 @@ pub struct KubeletArgs {
     #[arg(long, default_value = "unix:///run/containerd/containerd.sock")]
     pub container_runtime_endpoint: String,
 
+    /// The container runtime: `remote` (the CRI runtime at --container-runtime-endpoint) or
+    /// `fake` (a hollow kubelet, as Kubernetes' kubemark: an in-memory runtime that runs
+    /// nothing, the machine described by --hollow-* instead of probed, no server on --port).
+    #[arg(long, value_enum, default_value = "remote")]
+    pub runtime: RuntimeKind,
+
+    /// The CPUs a hollow node (--runtime fake) reports.
+    #[arg(long, default_value_t = 32)]
+    pub hollow_cpu: u64,
+
+    /// The memory a hollow node reports (a quantity, e.g. 256Gi).
+    #[arg(long, default_value = "256Gi", value_parser = parse_bytes)]
+    pub hollow_memory: u64,
+
+    /// The disk (ephemeral-storage) a hollow node reports.
+    #[arg(long, default_value = "100Gi", value_parser = parse_bytes)]
+    pub hollow_storage: u64,
+
     /// The node's name (the machine's host name by default).
     #[arg(long)]
     pub hostname_override: Option<String>,
@@ -118,6 +136,20 @@ pub struct KubeletArgs {
     pub sync_frequency: Duration,
 }
 
+/// Which container runtime the kubelet drives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum RuntimeKind {
+    /// A CRI runtime over gRPC.
+    Remote,
+    /// The in-memory fake runtime of hollow kubelets.
+    Fake,
+}
+
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    capstan_kubelet::fake_runtime::parse_bytes(s)
+        .ok_or_else(|| format!("{s:?} is not a quantity of bytes"))
+}
+
 fn parse_label(s: &str) -> anyhow::Result<(String, String)> {
     let (k, v) = s
         .split_once('=')
@@ -147,7 +179,7 @@ fn parse_taint(s: &str) -> anyhow::Result<Taint> {
 impl KubeletArgs {
     pub fn options(&self) -> anyhow::Result<Options> {
         let defaults = Options::default();
-        Ok(Options {
+        let mut opts = Options {
             node_name: self
                 .hostname_override
                 .clone()
@@ -183,7 +215,26 @@ impl KubeletArgs {
             cni_bridge: self.cni_bridge_name.clone(),
             eviction_hard: self.eviction_hard,
             ..defaults
-        })
+        };
+        if self.runtime == RuntimeKind::Fake {
+            if self.hollow_cpu == 0 {
+                anyhow::bail!("--hollow-cpu must be at least 1");
+            }
+            let ip = self
+                .node_ip
+                .filter(|ip| !ip.is_unspecified())
+                .unwrap_or_else(|| capstan_kubelet::fake_runtime::default_node_ip(&opts.node_name));
+            opts.hollow = Some(Arc::new(capstan_kubelet::fake_runtime::Hollow::new(
+                &opts.node_name,
+                self.hollow_cpu,
+                self.hollow_memory,
+                self.hollow_storage,
+                ip,
+            )));
+            // Nothing reads a CNI configuration: the fake runtime hands out pod addresses.
+            opts.cni_conf_dir = None;
+        }
+        Ok(opts)
     }
 }
 
@@ -202,6 +253,11 @@ pub async fn run(args: KubeletArgs) -> anyhow::Result<()> {
     };
     // One multiplexed HTTP/2 connection, as client-go's: the kubelet writes for every pod at once.
     let client = capstan_runtime::client::client(config).context("building the API client")?;
+    if args.runtime == RuntimeKind::Fake {
+        tracing::info!(node = %opts.node_name, "hollow kubelet starting (fake runtime)");
+        capstan_kubelet::fake_runtime::start(client, opts)?;
+        return std::future::pending().await;
+    }
     let runtime = capstan_cri::Cri::connect(&args.container_runtime_endpoint)
         .map_err(|e| anyhow::anyhow!(e))?;
     tracing::info!(node = %opts.node_name, runtime = %args.container_runtime_endpoint, "kubelet starting");

@@ -7,8 +7,10 @@ use clap::{Parser, Subcommand};
 mod agent_cmd;
 mod controller_manager_cmd;
 mod dashboard_cmd;
+mod datadir;
 mod dns_cmd;
 mod ingress_cmd;
+mod kubectl_cmd;
 mod kubelet_cmd;
 mod node;
 mod proxy_cmd;
@@ -26,7 +28,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[derive(Parser, Debug)]
 #[command(
     name = "capstan",
-    version,
+    version = datadir::version_text(),
     about = "Kubernetes, rebuilt in Rust as one fast binary"
 )]
 struct Cli {
@@ -76,6 +78,9 @@ enum Command {
     Dashboard(dashboard_cmd::DashboardArgs),
     /// Bootstrap tokens that nodes join the cluster with (`capstan agent --token`).
     Token(token_cmd::TokenArgs),
+    /// Run kubectl against this machine's cluster (its admin kubeconfig), passing every
+    /// argument through.
+    Kubectl(kubectl_cmd::KubectlArgs),
     /// Read and write the embedded store directly (like etcdctl), for inspection and repair.
     Store(store_cmd::StoreArgs),
     /// Benchmarks against capstan or any other Kubernetes.
@@ -142,6 +147,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
         Command::Server(args) => server_cmd::run(args).await,
         Command::Store(args) => store_cmd::run(args).await,
         Command::Token(args) => token_cmd::run(args).await,
+        Command::Kubectl(args) => kubectl_cmd::run(args).await,
         Command::Scheduler(args) => scheduler_cmd::run(args).await,
         Command::ControllerManager(args) => controller_manager_cmd::run(args).await,
         Command::Kubelet(args) => kubelet_cmd::run(args).await,

@@ -70,8 +70,10 @@ pub struct ServerArgs {
 }
 
 pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
-    let shutdown = async {
-        let _ = tokio::signal::ctrl_c().await;
+    // Ctrl-C or SIGTERM (what systemd and container runtimes send) stop it cleanly.
+    let mut signals = crate::node::Signals::new()?;
+    let shutdown = async move {
+        signals.recv().await;
         tracing::info!("stopping");
     };
     let started = start(args, shutdown, &|_| {}).await?;
@@ -95,6 +97,9 @@ pub(crate) struct Started {
     pub kubeconfig: PathBuf,
     /// The cluster's certificates (its CA signs client certificates for in-process components).
     pub pki: Arc<Pki>,
+    /// Clients that reach this API server without the network (the full request pipeline,
+    /// authenticated as the identity each client is made for).
+    pub in_process: capstan_apiserver::InProcess,
     pub serve: std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>,
 }
 
@@ -127,8 +132,7 @@ pub(crate) async fn start(
     shutdown: impl std::future::Future<Output = ()> + 'static,
     progress: &dyn Fn(&str),
 ) -> anyhow::Result<Started> {
-    std::fs::create_dir_all(&args.data_dir)
-        .with_context(|| format!("creating the data directory {}", args.data_dir.display()))?;
+    crate::datadir::prepare(&args.data_dir)?;
     let store: Arc<dyn Store> = if args.etcd_servers.is_empty() {
         let dir = args.data_dir.join("store");
         Arc::new(
@@ -307,6 +311,7 @@ pub(crate) async fn start(
             }
         });
     }
+    let in_process = api.in_process();
     let serve = Box::pin(capstan_apiserver::server::serve(
         listener, tls, api, shutdown,
     ));
@@ -314,6 +319,7 @@ pub(crate) async fn start(
         server_url,
         kubeconfig,
         pki,
+        in_process,
         serve,
     })
 }

@@ -49,6 +49,11 @@ struct CreateArgs {
     /// Print the whole `capstan agent ...` command a node joins with, not only the token.
     #[arg(long)]
     print_join_command: bool,
+
+    /// The API server's address as nodes reach it (default: the kubeconfig's server, which is
+    /// loopback on the control-plane machine itself).
+    #[arg(long, value_name = "URL")]
+    server: Option<String>,
 }
 
 pub async fn run(args: TokenArgs) -> anyhow::Result<()> {
@@ -62,7 +67,10 @@ async fn create(args: CreateArgs) -> anyhow::Result<()> {
         .kubeconfig
         .unwrap_or_else(|| crate::default_data_dir().join("admin.kubeconfig"));
     let config = crate::scheduler_cmd::config(&path).await?;
-    let server = config.cluster_url.to_string();
+    let server = args
+        .server
+        .clone()
+        .unwrap_or_else(|| config.cluster_url.to_string());
     let server = server.trim_end_matches('/').to_string();
     let ca_pem = read_ca(&path)?;
     let client = kube::Client::try_from(config).context("building the client")?;

@@ -1,9 +1,10 @@
 //! `capstan up`: a whole single-node cluster in one process.
 //!
 //! One process runs the API server over the embedded store (as `capstan server`), the
-//! controllers, the scheduler and the kubelet. The kubelet authenticates as
-//! `system:node:NAME` (group `system:nodes`) with a certificate the cluster CA issues at every
-//! start, so the Node authorizer and NodeRestriction govern it as in any cluster. Unless
+//! controllers, the scheduler and the kubelet. The components in the process reach the API
+//! server through the in-process transport ([`capstan_apiserver::InProcess`]): no TCP or TLS,
+//! but the full request pipeline. The kubelet authenticates as `system:node:NAME` (group
+//! `system:nodes`), so the Node authorizer and NodeRestriction govern it as in any cluster. Unless
 //! `--container-runtime-endpoint` names a runtime, containerd runs as a child process with
 //! capstan's own configuration ([`capstan_kubelet::containerd`]), and the pod sandbox image is
 //! capstan's own, served on loopback ([`capstan_kubelet::pause`]).
@@ -82,6 +83,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let cluster_cidr = server.cluster_cidr();
     let data_dir = server.data_dir().to_path_buf();
     let default_dir = crate::default_data_dir();
+    crate::datadir::check(&data_dir)?;
     // A missing runtime is found before anything is written.
     if args.container_runtime_endpoint.is_none() && containerd::find_binary().is_none() {
         anyhow::bail!("{}", containerd::NO_RUNTIME);
@@ -120,6 +122,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         server_url,
         kubeconfig,
         pki,
+        in_process,
         serve,
     } = started;
 
@@ -127,7 +130,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         let mut running = Running::default();
         let outcome = tokio::select! {
             r = bring_up(&args, &addons, write_kubeconfig, &data_dir, &default_dir,
-                         &server_url, &kubeconfig, &pki, &service_cidr, cluster_cidr,
+                         &server_url, &kubeconfig, &pki, &in_process, &service_cidr, cluster_cidr,
                          &progress, &mut running) => r,
             _ = signals.recv() => Err(anyhow::anyhow!("interrupted while starting")),
         };
@@ -170,17 +173,18 @@ async fn bring_up(
     server_url: &str,
     kubeconfig: &Path,
     pki: &capstan_pki::Pki,
+    in_process: &capstan_apiserver::InProcess,
     service_cidr: &str,
     cluster_cidr: Option<String>,
     progress: &Arc<Progress>,
     running: &mut Running,
 ) -> anyhow::Result<()> {
-    // The API server, through its own front door.
-    let admin = kube::Client::try_from(crate::scheduler_cmd::config(kubeconfig).await?)
+    // The API server answers at its front door (what kubectl uses) ...
+    let front_door = kube::Client::try_from(crate::scheduler_cmd::config(kubeconfig).await?)
         .context("building the admin client")?;
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        match admin.apiserver_version().await {
+        match front_door.apiserver_version().await {
             Ok(_) => break,
             Err(e) if Instant::now() > deadline => {
                 anyhow::bail!("the API server does not answer on {server_url}: {e}")
@@ -189,6 +193,8 @@ async fn bring_up(
         }
     }
     progress.step("API server ready", server_url);
+    // ... and the components in this process reach it in process.
+    let admin = in_process.client_as("kubernetes-admin", &["system:masters"]);
     for (lease, what) in [
         ("kube-controller-manager", "controllers running"),
         ("kube-scheduler", "scheduler running"),
@@ -206,16 +212,12 @@ async fn bring_up(
     if addons.enabled("dns") {
         opts.cluster_dns = vec![dns_ip];
     }
+    // The control plane of this process, shown as kube-system mirror pods (as kubeadm's).
+    opts.host_pods = capstan_kubelet::host_pods::control_plane(admin.clone());
     let node_name = opts.node_name.clone();
     // The kubelet as system:node:NAME (the Node authorizer and NodeRestriction govern it),
     // the proxy as system:kube-proxy (system:node-proxier), as kubeadm's clusters have them.
-    let node_client = client_as(
-        pki,
-        server_url,
-        &format!("system:node:{node_name}"),
-        &["system:nodes"],
-    )
-    .await?;
+    let node_client = in_process.client_as(&format!("system:node:{node_name}"), &["system:nodes"]);
     // A Node kept from an earlier run still says Ready: only what this kubelet wrote counts
     // (times in Node status are whole seconds).
     let since =
@@ -223,7 +225,7 @@ async fn bring_up(
     crate::node::start_kubelet(node_client.clone(), &endpoint, opts, running)?;
     if addons.enabled("proxy") {
         crate::node::start_proxy(
-            client_as(pki, server_url, "system:kube-proxy", &[]).await?,
+            in_process.client_as("system:kube-proxy", &[]),
             &node_name,
             &addons.proxy_mode,
             cluster_cidr,
@@ -320,34 +322,6 @@ async fn wait_leader(client: kube::Client, name: &str, what: &str, progress: Arc
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-}
-
-/// A client authenticated as `user` in `groups`, with a certificate from the cluster CA,
-/// speaking HTTP/2 (as client-go does).
-async fn client_as(
-    pki: &capstan_pki::Pki,
-    server_url: &str,
-    user: &str,
-    groups: &[&str],
-) -> anyhow::Result<kube::Client> {
-    let (cert, key) = pki
-        .issue_client_cert(user, groups, Duration::from_secs(365 * 86400))
-        .with_context(|| format!("issuing the certificate of {user}"))?;
-    let yaml = capstan_pki::kubeconfig::render(&capstan_pki::kubeconfig::Entry {
-        cluster_name: "capstan",
-        server_url,
-        ca_pem: pki.ca_cert_pem(),
-        user_name: user,
-        cert_pem: &cert,
-        key_pem: &key,
-    });
-    let kc = kube::config::Kubeconfig::from_yaml(&yaml)
-        .map_err(|e| anyhow::anyhow!("the kubeconfig of {user}: {e}"))?;
-    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .map_err(|e| anyhow::anyhow!("the kubeconfig of {user}: {e}"))?;
-    capstan_runtime::client::client(config)
-        .with_context(|| format!("building the client of {user}"))
 }
 
 /// Merge an admin entry into ~/.kube/config as context `capstan` (made current).

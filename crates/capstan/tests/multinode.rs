@@ -65,10 +65,11 @@ impl Drop for InNs {
     }
 }
 
-fn join_command(server: &Server) -> (String, String, String) {
+fn join_command(server: &Server, host: &str) -> (String, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_capstan"))
         .args(["token", "create", "--print-join-command", "--kubeconfig"])
         .arg(server.kubeconfig())
+        .args(["--server", &format!("https://{host}:{}", server.port())])
         .output()
         .unwrap();
     assert!(
@@ -148,15 +149,19 @@ fn three_agents_join_and_services_reach_pods_across_nodes() {
         "--cluster-cidr",
         &cluster_cidr,
     ]);
-    let (url, token, hash) = join_command(&server);
-    let url = url.replace("127.0.0.1", &host);
+    let (url, token, hash) = join_command(&server, &host);
+    assert_eq!(url, format!("https://{host}:{}", server.port()));
     let work = tempfile::tempdir().unwrap();
 
     // Bad joins end at once with one line, and leave no credentials behind.
     for (token, hash, says) in [
         (token.as_str(), "sha256:00", "refusing to join"),
         ("not-a-token", hash.as_str(), "--token must look like"),
-        ("abcdef.0123456789abcdef", hash.as_str(), "cluster-info"),
+        (
+            "abcdef.0123456789abcdef",
+            hash.as_str(),
+            "certificate signing request",
+        ),
     ] {
         let dir = work.path().join("bad-join");
         let out = Command::new(env!("CARGO_BIN_EXE_capstan"))

@@ -101,11 +101,12 @@ impl Up {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
-    /// Wait until the `n`th "node Ready" progress line (the process must keep running).
+    /// Wait until the `n`th start-up has finished (its "try: kubectl" line) (the process must keep running).
     fn wait_ready(&mut self, n: usize) -> Duration {
         let start = Instant::now();
         loop {
-            if self.log().matches("  node Ready").count() >= n {
+            // The last line of start-up: everything (DNS, dashboard) is up.
+            if self.log().matches("try: kubectl").count() >= n {
                 return start.elapsed();
             }
             if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {

@@ -59,6 +59,8 @@ pub struct Options {
     /// InternalIP of `node_name`, else this machine's first non-loopback address.
     pub publish_address: Option<String>,
     pub node_name: Option<String>,
+    /// Data-plane threads (0: one per core).
+    pub workers: usize,
 }
 
 impl Default for Options {
@@ -71,6 +73,7 @@ impl Default for Options {
             ingress_class: "capstan".into(),
             publish_address: None,
             node_name: None,
+            workers: 0,
         }
     }
 }
@@ -122,12 +125,14 @@ pub async fn run(
     ));
 
     let tls = TlsAcceptor::from(Arc::new(tls::server_config(current.clone())?));
-    let proxy = Arc::new(Proxy {
+    let data_plane = DataPlane {
+        http: http.into_std().context("HTTP listener")?,
+        https: https.into_std().context("HTTPS listener")?,
         current,
-        pool: Arc::new(pool::Pool::new()),
         metrics,
+        tls,
         https_port: opts.https_port,
-    });
+    };
 
     let mut shutdown = std::pin::pin!(shutdown);
     // Serve once the first configuration is in effect (connections wait in the backlog).
@@ -144,16 +149,16 @@ pub async fn run(
             return Ok(());
         }
     }
-    let plain = tokio::spawn(serve(http, proxy.clone(), None, stop_rx.clone()));
-    let secure = tokio::spawn(serve(https, proxy, Some(tls), stop_rx));
+    let workers = data_plane.start(opts.workers, stop_rx)?;
     let result = tokio::select! {
         r = &mut control => controller_ended(r),
         _ = &mut shutdown => Ok(()),
     };
     tracing::info!("shutting down: finishing open requests");
     let _ = stop_tx.send(true);
-    let _ = plain.await;
-    let _ = secure.await;
+    for w in workers {
+        let _ = w.await;
+    }
     let _ = metrics_task.await;
     if !control.is_finished() {
         let _ = control.await;
@@ -171,6 +176,76 @@ fn controller_ended(r: Result<anyhow::Result<()>, tokio::task::JoinError>) -> an
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(e.context("the ingress controller stopped")),
         Err(e) => Err(anyhow::anyhow!("the ingress controller stopped: {e}")),
+    }
+}
+
+/// What the data plane's threads share.
+struct DataPlane {
+    http: std::net::TcpListener,
+    https: std::net::TcpListener,
+    current: Arc<Current>,
+    metrics: Arc<Metrics>,
+    tls: TlsAcceptor,
+    https_port: u16,
+}
+
+impl DataPlane {
+    /// Serve on `workers` threads (0: one per core), each with a single-threaded runtime of
+    /// its own — its own epoll, its own connections to backends — accepting from the shared
+    /// listeners, as nginx's worker processes do: a request never hops between threads. The
+    /// receivers complete when the threads have finished (after `stop` and the grace period).
+    fn start(
+        self,
+        workers: usize,
+        stop: watch::Receiver<bool>,
+    ) -> anyhow::Result<Vec<tokio::sync::oneshot::Receiver<()>>> {
+        let n = match workers {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        };
+        let mut done = Vec::with_capacity(n);
+        for i in 0..n {
+            let http = self.http.try_clone().context("sharing the HTTP listener")?;
+            let https = self
+                .https
+                .try_clone()
+                .context("sharing the HTTPS listener")?;
+            let proxy = Proxy {
+                current: self.current.clone(),
+                pool: Arc::new(pool::Pool::new()),
+                metrics: self.metrics.clone(),
+                https_port: self.https_port,
+            };
+            let (tls, stop) = (self.tls.clone(), stop.clone());
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("starting a data-plane runtime")?;
+            std::thread::Builder::new()
+                .name(format!("ingress-{i}"))
+                .spawn(move || {
+                    runtime.block_on(async move {
+                        let (http, https) =
+                            match (TcpListener::from_std(http), TcpListener::from_std(https)) {
+                                (Ok(a), Ok(b)) => (a, b),
+                                (Err(e), _) | (_, Err(e)) => {
+                                    tracing::error!(error = %e, "cannot use the listeners");
+                                    return;
+                                }
+                            };
+                        let proxy = Arc::new(proxy);
+                        tokio::join!(
+                            serve(http, proxy.clone(), None, stop.clone()),
+                            serve(https, proxy, Some(tls), stop),
+                        );
+                    });
+                    let _ = tx.send(());
+                })
+                .context("starting a data-plane thread")?;
+            done.push(rx);
+        }
+        Ok(done)
     }
 }
 
@@ -212,13 +287,9 @@ async fn serve(
         let watcher = graceful.watcher();
         let (proxy, builder, tls) = (proxy.clone(), builder.clone(), tls.clone());
         tokio::spawn(async move {
-            let conn = Conn {
-                remote,
-                local,
-                tls: tls.is_some(),
-            };
+            let conn = Arc::new(Conn::new(remote, local, tls.is_some()));
             let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-                proxy.clone().handle(req, conn)
+                proxy.clone().handle(req, conn.clone())
             });
             let result = match tls {
                 None => {

@@ -79,11 +79,28 @@ impl Body for ProxyBody {
 }
 
 /// The client connection a request came on.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Conn {
     pub remote: SocketAddr,
     pub local: SocketAddr,
     pub tls: bool,
+    /// The client's address and the port it reached, as header values (made once per
+    /// connection, not per request).
+    client_ip: HeaderValue,
+    local_port: HeaderValue,
+}
+
+impl Conn {
+    pub fn new(remote: SocketAddr, local: SocketAddr, tls: bool) -> Conn {
+        Conn {
+            remote,
+            local,
+            tls,
+            client_ip: HeaderValue::from_str(&remote.ip().to_string())
+                .unwrap_or(HeaderValue::from_static("")),
+            local_port: HeaderValue::from(local.port()),
+        }
+    }
 }
 
 /// Everything requests share.
@@ -106,16 +123,20 @@ impl Proxy {
     pub async fn handle(
         self: Arc<Self>,
         req: Request<Incoming>,
-        conn: Conn,
+        conn: Arc<Conn>,
     ) -> Result<Response<ProxyBody>, Infallible> {
         let started = Instant::now();
         let table = self.current.load();
-        let raw_host = request_host(&req).unwrap_or_default();
-        let host = normalize_host(&raw_host);
-        let method = req.method().clone();
-        let uri = req.uri().clone();
-        let version = req.version();
-        let route = table.lookup(&host, uri.path());
+        let host_value = request_host(&req);
+        let raw_host = host_value
+            .as_ref()
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or("");
+        let host = normalize_host(raw_host);
+        // What the request log needs, only when it is on.
+        let logged = tracing::enabled!(target: ACCESS_LOG, tracing::Level::INFO)
+            .then(|| (req.method().clone(), req.uri().clone(), req.version()));
+        let route = table.lookup(&host, req.uri().path());
         let (outcome, stats): (Outcome, &Arc<RouteStats>) = match route {
             None => (
                 Outcome {
@@ -124,12 +145,18 @@ impl Proxy {
                 },
                 self.metrics.unmatched(),
             ),
-            Some(r) if r.ssl_redirect && !conn.tls => (self.redirect(&host, &uri), &r.stats),
-            Some(r) => (self.forward(req, r, &raw_host, conn).await, &r.stats),
+            Some(r) if r.ssl_redirect && !conn.tls => (self.redirect(&host, req.uri()), &r.stats),
+            Some(r) => (
+                self.forward(req, r, host_value.as_ref(), &conn).await,
+                &r.stats,
+            ),
         };
         let status = outcome.response.status();
         let elapsed = started.elapsed();
         stats.observe(status.as_u16(), elapsed);
+        let Some((method, uri, version)) = logged else {
+            return Ok(outcome.response);
+        };
         tracing::info!(
             target: ACCESS_LOG,
             "{} \"{} {} {:?}\" {} {:.3}ms host={} ingress={} service={} upstream={}",
@@ -179,8 +206,8 @@ impl Proxy {
         &self,
         mut req: Request<Incoming>,
         route: &Route,
-        raw_host: &str,
-        conn: Conn,
+        host: Option<&HeaderValue>,
+        conn: &Conn,
     ) -> Outcome {
         let Some((first, second)) = route.backend.pick() else {
             return Outcome {
@@ -189,7 +216,7 @@ impl Proxy {
             };
         };
         let upgrade = upgrade_protocol(&req);
-        prepare_request(&mut req, raw_host, conn, upgrade.as_ref());
+        prepare_request(&mut req, host, conn, upgrade.as_ref());
         if let Some(protocol) = upgrade {
             return self.upgrade(req, protocol, first, second).await;
         }
@@ -343,14 +370,11 @@ enum Sent {
 
 /// The host the client asked for, as sent: the URI's authority (HTTP/2, absolute-form
 /// HTTP/1.1), else the Host header.
-fn request_host<B>(req: &Request<B>) -> Option<String> {
-    if let Some(a) = req.uri().authority() {
-        return Some(a.as_str().to_string());
+fn request_host<B>(req: &Request<B>) -> Option<HeaderValue> {
+    match req.uri().authority() {
+        Some(a) => HeaderValue::from_str(a.as_str()).ok(),
+        None => req.headers().get(header::HOST).cloned(),
     }
-    req.headers()
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .map(str::to_string)
 }
 
 /// The protocol of an HTTP/1.1 `Connection: upgrade` request.
@@ -392,37 +416,46 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
+/// 32 random hex digits.
 fn request_id() -> HeaderValue {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     let id: u128 = rand::random();
-    HeaderValue::from_str(&format!("{id:032x}")).unwrap_or(HeaderValue::from_static("0"))
+    let mut digits = [0u8; 32];
+    for (i, d) in digits.iter_mut().enumerate() {
+        *d = HEX[((id >> (124 - 4 * i)) & 0xf) as usize];
+    }
+    HeaderValue::from_bytes(&digits).unwrap_or(HeaderValue::from_static("0"))
 }
 
 /// Turn a client's request into the one the backend gets.
 fn prepare_request<B>(
     req: &mut Request<B>,
-    raw_host: &str,
-    conn: Conn,
+    host: Option<&HeaderValue>,
+    conn: &Conn,
     upgrade: Option<&HeaderValue>,
 ) {
-    let path = req
-        .uri()
-        .path_and_query()
-        .map_or("/", |p| p.as_str())
-        .to_string();
-    *req.uri_mut() = Uri::try_from(path).unwrap_or_else(|_| Uri::from_static("/"));
+    // Origin form: the path and query alone (shared, not re-parsed).
+    let mut parts = http::uri::Parts::default();
+    parts.path_and_query = Some(
+        req.uri()
+            .path_and_query()
+            .cloned()
+            .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/")),
+    );
+    *req.uri_mut() = Uri::from_parts(parts).unwrap_or_else(|_| Uri::from_static("/"));
     *req.version_mut() = Version::HTTP_11;
     let headers = req.headers_mut();
     strip_hop_by_hop(headers);
-    if let Ok(h) = HeaderValue::from_str(raw_host) {
-        if !raw_host.is_empty() {
-            headers.insert(header::HOST, h.clone());
-            headers.insert(HeaderName::from_static("x-forwarded-host"), h);
-        }
+    if let Some(h) = host.filter(|h| !h.is_empty()) {
+        headers.insert(header::HOST, h.clone());
+        headers.insert(HeaderName::from_static("x-forwarded-host"), h.clone());
     }
-    let ip = conn.remote.ip().to_string();
-    if let Ok(v) = HeaderValue::from_str(&ip) {
-        headers.insert(HeaderName::from_static("x-forwarded-for"), v.clone());
-        headers.insert(HeaderName::from_static("x-real-ip"), v);
+    if !conn.client_ip.is_empty() {
+        headers.insert(
+            HeaderName::from_static("x-forwarded-for"),
+            conn.client_ip.clone(),
+        );
+        headers.insert(HeaderName::from_static("x-real-ip"), conn.client_ip.clone());
     }
     headers.insert(
         HeaderName::from_static("x-forwarded-proto"),
@@ -430,7 +463,7 @@ fn prepare_request<B>(
     );
     headers.insert(
         HeaderName::from_static("x-forwarded-port"),
-        HeaderValue::from(conn.local.port()),
+        conn.local_port.clone(),
     );
     let rid = HeaderName::from_static("x-request-id");
     if !headers.contains_key(&rid) {
@@ -473,11 +506,11 @@ mod tests {
     use super::*;
 
     fn conn(tls: bool) -> Conn {
-        Conn {
-            remote: "192.0.2.7:5555".parse().unwrap(),
-            local: "0.0.0.0:8443".parse().unwrap(),
+        Conn::new(
+            "192.0.2.7:5555".parse().unwrap(),
+            "0.0.0.0:8443".parse().unwrap(),
             tls,
-        }
+        )
     }
 
     #[test]
@@ -496,7 +529,7 @@ mod tests {
             .unwrap();
         let host = request_host(&req).unwrap();
         assert_eq!(host, "a.example.com:8080");
-        prepare_request(&mut req, &host, conn(true), None);
+        prepare_request(&mut req, Some(&host), &conn(true), None);
         assert_eq!(req.uri(), "/p?q=1");
         assert_eq!(req.version(), Version::HTTP_11);
         let h = req.headers();
@@ -518,7 +551,7 @@ mod tests {
             .body(())
             .unwrap();
         let host = request_host(&plain).unwrap();
-        prepare_request(&mut plain, &host, conn(false), None);
+        prepare_request(&mut plain, Some(&host), &conn(false), None);
         assert_eq!(plain.headers()["host"], "b.example.com");
         assert_eq!(plain.headers()["x-forwarded-proto"], "http");
         assert_eq!(plain.headers()["x-request-id"].len(), 32);
@@ -535,7 +568,12 @@ mod tests {
             .unwrap();
         let p = upgrade_protocol(&req).expect("an upgrade");
         assert_eq!(p, "websocket");
-        prepare_request(&mut req, "a", conn(false), Some(&p));
+        prepare_request(
+            &mut req,
+            Some(&HeaderValue::from_static("a")),
+            &conn(false),
+            Some(&p),
+        );
         assert_eq!(req.headers()["connection"], "upgrade");
         assert_eq!(req.headers()["upgrade"], "websocket");
 

@@ -190,7 +190,7 @@ impl Current {
 
 /// A request's host as routing compares it: the Host header or authority without its port,
 /// lowercase, without a trailing dot.
-pub fn normalize_host(raw: &str) -> String {
+pub fn normalize_host(raw: &str) -> std::borrow::Cow<'_, str> {
     let raw = raw.trim();
     let host = if let Some(rest) = raw.strip_prefix('[') {
         // [v6]:port
@@ -204,7 +204,12 @@ pub fn normalize_host(raw: &str) -> String {
             _ => raw,
         }
     };
-    host.trim_end_matches('.').to_ascii_lowercase()
+    let host = host.trim_end_matches('.');
+    if host.bytes().any(|b| b.is_ascii_uppercase()) {
+        std::borrow::Cow::Owned(host.to_ascii_lowercase())
+    } else {
+        std::borrow::Cow::Borrowed(host)
+    }
 }
 
 /// A certificate Secret as the build sees it.

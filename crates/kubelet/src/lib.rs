@@ -19,6 +19,8 @@ use tokio::sync::watch;
 
 pub mod containerd;
 pub mod env;
+pub mod fake_runtime;
+pub mod host_pods;
 pub mod node;
 pub mod pause;
 pub mod pods;
@@ -82,6 +84,13 @@ pub struct Options {
     pub cni_bridge: String,
     /// Hard eviction thresholds (--eviction-hard).
     pub eviction_hard: EvictionHard,
+    /// Components of this process the kubelet reports as mirror pods but never runs
+    /// ([`host_pods`]).
+    pub host_pods: Vec<host_pods::HostPod>,
+    /// A hollow kubelet (`--runtime fake`): the node is this machine instead of the host,
+    /// which is neither probed nor changed (no tmpfs mounts, no hostPath checks) and serves
+    /// nothing on the kubelet port.
+    pub hollow: Option<Arc<fake_runtime::Hollow>>,
 }
 
 impl Default for Options {
@@ -110,6 +119,8 @@ impl Default for Options {
             sync_frequency: Duration::from_secs(60),
             cni_bridge: "cni0".into(),
             eviction_hard: EvictionHard::default(),
+            host_pods: Vec::new(),
+            hollow: None,
         }
     }
 }
@@ -218,10 +229,18 @@ impl Kubelet {
 /// Run the kubelet until the process ends: start the pod watch, register the node, run the
 /// pod workers and the server.
 pub async fn run(client: Client, runtime: Arc<dyn Runtime>, opts: Options) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&opts.root_dir)?;
-    std::fs::create_dir_all(&opts.pod_logs_dir)?;
     let k = Kubelet::new(client, runtime, opts);
+    start(&k)?;
+    if k.opts.hollow.is_some() {
+        return std::future::pending().await;
+    }
+    server::serve(k).await
+}
 
+/// Start the pod watch, node registration and the pod workers as tasks, and return.
+pub fn start(k: &Arc<Kubelet>) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&k.opts.root_dir)?;
+    std::fs::create_dir_all(&k.opts.pod_logs_dir)?;
     let api: kube::Api<Pod> = kube::Api::all(k.client.clone());
     let selector = format!("spec.nodeName={}", k.opts.node_name);
     let stream = kube::runtime::watcher::watcher(
@@ -234,7 +253,8 @@ pub async fn run(client: Client, runtime: Arc<dyn Runtime>, opts: Options) -> an
 
     tokio::spawn(node::run(k.clone()));
     pods::start(k.clone());
-    server::serve(k).await
+    host_pods::start(k);
+    Ok(())
 }
 
 #[cfg(test)]

@@ -627,6 +627,7 @@ async fn reconcile_mirrors(m: &Arc<Manager>) {
         let (ns, name) = (pod_namespace(&mp), pod_name(&mp));
         if m.statics.by_name(ns, name).is_some()
             || running.contains(&(ns.to_string(), name.to_string()))
+            || crate::host_pods::is_host_pod(&m.k.opts, ns, name)
         {
             continue;
         }

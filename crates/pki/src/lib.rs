@@ -866,11 +866,14 @@ impl Pki {
     /// The API server's rustls config: `apiserver.crt`/`.key`, ALPN `h2`
     /// and `http/1.1`, and client certificates per `client_auth`.
     pub fn server_tls_config(&self, client_auth: ClientAuth) -> Result<Arc<ServerConfig>> {
-        self.server_tls_config_for(
-            &self.apiserver_cert_pem,
-            &self.apiserver_key_pem,
-            client_auth,
-        )
+        // The chain ends with the cluster CA, so that a joining node can pin the CA by its
+        // hash from the handshake alone, before it sends any credential.
+        let chain = format!(
+            "{}\n{}",
+            self.apiserver_cert_pem.trim_end(),
+            self.ca_cert_pem()
+        );
+        self.server_tls_config_for(&chain, &self.apiserver_key_pem, client_auth)
     }
 
     /// A rustls server config for any certificate/key pair (e.g. a kubelet's

@@ -143,15 +143,33 @@ pub fn usable_endpoints<'a>(
         .collect()
 }
 
-/// The endpoints for traffic to a cluster IP (`internalTrafficPolicy`) and for traffic from
-/// outside (`externalTrafficPolicy`: NodePorts, external and load balancer IPs) on `node`.
+/// The endpoints of a service port on one node, as the traffic policies pick them.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Categorized<'a> {
+    /// For traffic to a ClusterIP: `internalTrafficPolicy` applied (this node's usable
+    /// endpoints when it is Local, else all usable endpoints).
     pub cluster: Vec<&'a Endpoint>,
+    /// This node's usable endpoints (for a Local policy).
     pub local: Vec<&'a Endpoint>,
+    /// Every usable endpoint in the cluster, whatever the policies say: what traffic from
+    /// outside (NodePorts, external and load balancer IPs) uses under
+    /// `externalTrafficPolicy: Cluster`, even when `internalTrafficPolicy` is Local.
+    pub all: Vec<&'a Endpoint>,
 }
 
-/// Split `endpoints` of `service` into the cluster-wide usable set and this node's usable set.
+impl<'a> Categorized<'a> {
+    /// The endpoints for traffic from outside (`externalTrafficPolicy`).
+    pub fn external(&self, service: &ServicePort) -> &[&'a Endpoint] {
+        if service.external_policy_local {
+            &self.local
+        } else {
+            &self.all
+        }
+    }
+}
+
+/// Split `endpoints` of `service` into the set for ClusterIP traffic, this node's usable
+/// set and the cluster-wide usable set.
 pub fn categorize<'a>(
     service: &ServicePort,
     endpoints: &'a [Endpoint],
@@ -162,10 +180,76 @@ pub fn categorize<'a>(
             .iter()
             .filter(|e| e.node_name.as_deref() == Some(node)),
     );
+    let all = usable_endpoints(endpoints.iter());
     let cluster = if service.internal_policy_local {
         local.clone()
     } else {
-        usable_endpoints(endpoints.iter())
+        all.clone()
     };
-    Categorized { cluster, local }
+    Categorized {
+        cluster,
+        local,
+        all,
+    }
+}
+
+#[cfg(test)]
+mod categorize_tests {
+    use super::*;
+
+    fn ep(last: u8, node: &str, ready: bool) -> Endpoint {
+        Endpoint {
+            ip: IpAddr::from([10, 1, 0, last]),
+            port: 80,
+            ready,
+            serving: ready,
+            terminating: false,
+            node_name: Some(node.to_string()),
+        }
+    }
+
+    fn service(internal_local: bool, external_local: bool) -> ServicePort {
+        ServicePort {
+            name: ServicePortName {
+                namespace: "ns".into(),
+                name: "svc".into(),
+                port: String::new(),
+                protocol: Protocol::Tcp,
+            },
+            cluster_ips: vec![IpAddr::from([10, 96, 0, 1])],
+            port: 80,
+            node_port: Some(30080),
+            external_ips: vec![],
+            load_balancer_ips: vec![],
+            load_balancer_source_ranges: vec![],
+            session_affinity_seconds: None,
+            external_policy_local: external_local,
+            internal_policy_local: internal_local,
+            health_check_node_port: None,
+        }
+    }
+
+    #[test]
+    fn internal_local_external_cluster_keeps_all_endpoints_for_external_traffic() {
+        let eps = vec![ep(1, "a", true), ep(2, "b", true), ep(3, "b", false)];
+        let svc = service(true, false);
+        let cat = categorize(&svc, &eps, "a");
+        assert_eq!(cat.cluster, vec![&eps[0]]);
+        assert_eq!(cat.local, vec![&eps[0]]);
+        assert_eq!(cat.all, vec![&eps[0], &eps[1]]);
+        assert_eq!(cat.external(&svc), &[&eps[0], &eps[1]]);
+    }
+
+    #[test]
+    fn external_local_uses_this_nodes_endpoints() {
+        let eps = vec![ep(1, "a", true), ep(2, "b", true)];
+        let svc = service(false, true);
+        let cat = categorize(&svc, &eps, "b");
+        assert_eq!(cat.cluster, vec![&eps[0], &eps[1]]);
+        assert_eq!(cat.external(&svc), &[&eps[1]]);
+        // A node without endpoints has none locally, whatever the others have.
+        let cat = categorize(&svc, &eps, "c");
+        assert!(cat.external(&svc).is_empty());
+        assert_eq!(cat.all.len(), 2);
+    }
 }

@@ -248,9 +248,19 @@ impl Agent {
     /// Observe the machine and the runtime now.
     async fn observe(&self) -> Observed {
         let opts = &self.k.opts;
-        let machine = machine::read_machine_info();
-        let rootfs = machine::fs_stats(&opts.root_dir);
-        let memory_available = machine::memory_available();
+        let (machine, rootfs, memory_available) = match &opts.hollow {
+            // A hollow node's machine is described, not probed; its memory is all free.
+            Some(h) => (
+                h.machine.clone(),
+                Some(h.rootfs),
+                Some(h.machine.memory_capacity),
+            ),
+            None => (
+                machine::read_machine_info(),
+                machine::fs_stats(&opts.root_dir),
+                machine::memory_available(),
+            ),
+        };
         let pressure =
             self.pressure
                 .lock()
@@ -287,6 +297,18 @@ impl Agent {
     /// the name's DNS addresses that are on this host, else the default route's interface.
     async fn addresses(&self) -> Option<Vec<NodeAddress>> {
         let name = self.name().to_string();
+        if let Some(h) = &self.k.opts.hollow {
+            return Some(vec![
+                NodeAddress {
+                    type_: "InternalIP".into(),
+                    address: h.node_ip.to_string(),
+                },
+                NodeAddress {
+                    type_: "Hostname".into(),
+                    address: name,
+                },
+            ]);
+        }
         let local = machine::interface_addrs();
         let is_local = |ip: &IpAddr| local.iter().any(|(_, a)| a == ip);
         let ip = match self.k.opts.node_ip.filter(|ip| !ip.is_unspecified()) {

@@ -86,6 +86,11 @@ impl Manager {
     }
 
     pub fn with_probes(k: Arc<Kubelet>, probes: Arc<dyn ProbeHub>) -> Manager {
+        // A hollow node has the memory it was given, not the host's.
+        let memory_capacity = match &k.opts.hollow {
+            Some(h) => i64::try_from(h.machine.memory_capacity).unwrap_or(i64::MAX),
+            None => memory_capacity(),
+        };
         Manager {
             k,
             probes,
@@ -98,7 +103,7 @@ impl Manager {
             probed: Mutex::new(HashMap::new()),
             cleaning: Mutex::new(HashSet::new()),
             active: Mutex::new(HashSet::new()),
-            memory_capacity: memory_capacity(),
+            memory_capacity,
             statics: Default::default(),
         }
     }

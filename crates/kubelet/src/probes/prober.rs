@@ -73,6 +73,10 @@ pub async fn run(
             .collect();
         return exec_probe(k, container_id, cmd, timeout).await;
     }
+    // A hollow node's pods have no network to probe: they answer every network probe.
+    if k.opts.hollow.is_some() {
+        return Ok(Outcome::Success(String::new()));
+    }
     if let Some(get) = &spec.http_get {
         let (url, headers, host) =
             http_request(get, container, pod_ip, "probe").map_err(ProbeError::unknown)?;

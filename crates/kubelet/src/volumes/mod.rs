@@ -475,7 +475,9 @@ impl Ctx<'_> {
             });
         }
         if let Some(hp) = &vol.host_path {
-            check_host_path(&hp.path, hp.type_.as_deref().unwrap_or("")).map_err(SetUp)?;
+            if !self.objects.hollow() {
+                check_host_path(&hp.path, hp.type_.as_deref().unwrap_or("")).map_err(SetUp)?;
+            }
             return Ok(HostVolume {
                 path: PathBuf::from(&hp.path),
                 read_only: false,
@@ -519,7 +521,7 @@ impl Ctx<'_> {
                 if fresh {
                     fs::create_dir_all(dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
                 }
-                if !sys::is_mount_point(dir) {
+                if !self.objects.hollow() && !sys::is_mount_point(dir) {
                     let size = self.memory_volume_size(size_limit);
                     sys::mount_tmpfs(dir, size).map_err(|e| {
                         format!("mount failed: mounting tmpfs at {}: {e}", dir.display())
@@ -541,7 +543,7 @@ impl Ctx<'_> {
             }
             other => return Err(format!("unknown storage medium {other:?}")),
         }
-        if fresh {
+        if fresh && !self.objects.hollow() {
             if let Some(gid) = self.fs_group {
                 sys::set_ownership(dir, gid, false)
                     .map_err(|e| format!("set ownership of {}: {e}", dir.display()))?;
@@ -581,7 +583,7 @@ impl Ctx<'_> {
                 let _ = fs::set_permissions(dir, fs::Permissions::from_mode(0o777));
             }
         }
-        if memory && !sys::is_mount_point(dir) {
+        if memory && !self.objects.hollow() && !sys::is_mount_point(dir) {
             let size = self.memory_volume_size(None);
             match sys::mount_tmpfs(dir, size) {
                 Ok(()) => {}
@@ -598,7 +600,7 @@ impl Ctx<'_> {
                 }
             }
         }
-        let gid = self.fs_group;
+        let gid = self.fs_group.filter(|_| !self.objects.hollow());
         let set_perms = move |d: &Path| -> io::Result<()> {
             match gid {
                 Some(g) => sys::set_ownership(d, g, true),
@@ -806,7 +808,9 @@ impl Ctx<'_> {
             )));
         }
         if let Some(hp) = &spec.host_path {
-            check_host_path(&hp.path, hp.type_.as_deref().unwrap_or("")).map_err(SetUp)?;
+            if !self.objects.hollow() {
+                check_host_path(&hp.path, hp.type_.as_deref().unwrap_or("")).map_err(SetUp)?;
+            }
             return Ok(HostVolume {
                 path: PathBuf::from(&hp.path),
                 read_only,

@@ -59,6 +59,11 @@ pub trait Objects: Send + Sync {
     async fn services(&self, ns: &str) -> Result<Vec<Arc<Service>>, String>;
     /// The node's allocatable and addresses.
     fn node(&self) -> NodeInfo;
+    /// Whether the node is hollow ([`crate::Options::hollow`]): volumes stay plain
+    /// directories (no tmpfs, no ownership changes) and host paths are not checked.
+    fn hollow(&self) -> bool {
+        false
+    }
 }
 
 /// An error's message as the API gave it (kube's Display adds the reason).
@@ -325,6 +330,10 @@ impl Objects for Live<'_> {
 
     fn node(&self) -> NodeInfo {
         node_info(self.k)
+    }
+
+    fn hollow(&self) -> bool {
+        self.k.opts.hollow.is_some()
     }
 }
 

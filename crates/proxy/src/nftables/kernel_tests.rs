@@ -441,3 +441,32 @@ fn kernel_incremental_syncs_end_where_a_full_sync_does() {
     assert!(table.contains("timeout 15m"), "{table}");
     assert!(!table.contains("10.96.1.3"), "{table}");
 }
+
+#[test]
+fn kernel_large_services_switch_between_cascade_and_verdict_map() {
+    let node = NodeInfo {
+        name: "n1".into(),
+        ips: vec!["192.168.8.1".parse::<IpAddr>().expect("ip")],
+        cluster_cidr: Some("10.244.0.0/16".into()),
+    };
+    let big = rules::CASCADE_MAX_ENDPOINTS + 8;
+    let ips: Vec<String> = (0..big).map(|i| format!("10.244.5.{}", i + 1)).collect();
+    let refs: Vec<&str> = ips.iter().map(String::as_str).collect();
+    let svc = service("big", "10.96.2.1", 80);
+    let ns = must("namespace", NetNs::new("cpn4-big"));
+    let mut p = NftablesProxier::new(node).expect("nft").in_netns(ns.name());
+    let chain = format!("service-{}", rules::service_chain_base(&port_name("big")));
+    for (step, n) in [3, big, 2, big].into_iter().enumerate() {
+        p.sync(&snapshot(vec![(svc.clone(), backends(&refs[..n], "n2"))]))
+            .unwrap_or_else(|e| panic!("sync {step} ({n} endpoints): {e:#}"));
+        let listed = must(
+            "service chain",
+            ns.exec(&["nft", "list", "chain", "ip", TABLE, &chain]),
+        );
+        let vmap = listed.contains(&format!("numgen random mod {n} vmap"));
+        assert_eq!(vmap, n > rules::CASCADE_MAX_ENDPOINTS, "{listed}");
+        // Every endpoint is reachable from the chain, once.
+        let endpoint_refs = listed.matches("goto endpoint-").count();
+        assert_eq!(endpoint_refs, n, "{listed}");
+    }
+}

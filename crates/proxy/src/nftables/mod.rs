@@ -11,9 +11,16 @@
 //!   NodePorts (on the node's own IPs, the `nodeport-ips` set, as kube-proxy's nftables mode
 //!   does by default; on every local address but 127.0.0.0/8 when the node's IPs are
 //!   unknown);
-//! - per service port: `service-HASH-ns/name/proto/port` picks an endpoint with
-//!   `numgen random mod N vmap { 0 : goto endpoint-…, … }` (after ClientIP-affinity lookups
-//!   in `affinity-…` sets with a timeout), `local-…` the same over this node's endpoints
+//! - per service port: `service-HASH-ns/name/proto/port` picks an endpoint (after
+//!   ClientIP-affinity lookups in `affinity-…` sets with a timeout) with a cascade of
+//!   plain rules, `numgen random mod N-i == 0 goto endpoint-…` for endpoint i and a final
+//!   `goto`, as kube-proxy's iptables mode does with probabilities. kube-proxy's nftables
+//!   mode uses an anonymous `numgen random mod N vmap { … }` instead, but the kernel names
+//!   each anonymous set by scanning every set of the table, which made the first sync of
+//!   10,000 services take ~50 s; a shared named map is no better (every element is
+//!   checked against every rule bound to the map). The vmap is kept for more than
+//!   `CASCADE_MAX_ENDPOINTS` (32) endpoints, where a cascade would cost per packet.
+//!   `local-…` is the same over this node's endpoints
 //!   (traffic policy Local), `external-…` handles NodePort/external/LB traffic
 //!   (masquerade, or short-circuit pod and node traffic for policy Local), `firewall-…`
 //!   enforces loadBalancerSourceRanges; `endpoint-…` chains mark hairpin traffic for

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::fmt::{self, Write as _};
 use std::net::{IpAddr, Ipv4Addr};
 
-use crate::{usable_endpoints, Endpoint, ServicePort, ServicePortName};
+use crate::{categorize, Endpoint, ServicePort, ServicePortName};
 
 /// Our table (family `ip`). Everything we install lives in it, so names need no prefix.
 pub const TABLE: &str = "kube-proxy";
@@ -237,10 +237,18 @@ struct Target {
     port: u16,
 }
 
-/// The usable endpoints among `endpoints` as IPv4 targets, without duplicates.
-fn targets<'a>(endpoints: impl IntoIterator<Item = &'a Endpoint> + Clone) -> Vec<Target> {
+/// Up to this many endpoints, a service chain picks one with a cascade of `numgen` rules
+/// (rule i matches with probability 1/(N-i), as kube-proxy's iptables mode does);
+/// beyond, with an anonymous verdict map. The kernel names every anonymous map by
+/// scanning all sets of the table, so thousands of them make a transaction quadratic
+/// (48 s for 10,000 services); a shared named map instead costs a walk over all its
+/// elements for every rule bound to it, quadratic as well. Plain rules cost neither.
+pub(super) const CASCADE_MAX_ENDPOINTS: usize = 32;
+
+/// `endpoints` (already usable) as IPv4 targets, without duplicates.
+fn targets(endpoints: &[&Endpoint]) -> Vec<Target> {
     let mut out: Vec<Target> = Vec::new();
-    for ep in usable_endpoints(endpoints) {
+    for ep in endpoints {
         if let IpAddr::V4(ip) = ep.ip {
             let t = Target { ip, port: ep.port };
             if !out.contains(&t) {
@@ -286,15 +294,13 @@ pub(super) fn service_rules(
         svc.internal_policy_local || (svc.external_policy_local && externally_accessible);
 
     // Endpoints without a port can't be a destination.
-    let valid = |e: &&Endpoint| e.port != 0;
-    let cluster_wide = targets(endpoints.iter().filter(valid));
-    let node = cfg.node_name.as_str();
-    let local_here = targets(
-        endpoints
-            .iter()
-            .filter(valid)
-            .filter(move |e| e.node_name.as_deref() == Some(node)),
-    );
+    let valid: Vec<Endpoint> = endpoints.iter().filter(|e| e.port != 0).cloned().collect();
+    let categorized = categorize(svc, &valid, &cfg.node_name);
+    // The "cluster" chain always balances over every usable endpoint: it serves ClusterIP
+    // traffic under internalTrafficPolicy Cluster, and external traffic under
+    // externalTrafficPolicy Cluster (or short-circuited) whatever the internal policy.
+    let cluster_wide = targets(&categorized.all);
+    let local_here = targets(&categorized.local);
     // Whether the service has usable endpoints anywhere in the cluster.
     let has_endpoints = !cluster_wide.is_empty();
     let cluster_eps = if uses_cluster {
@@ -491,14 +497,26 @@ pub(super) fn service_rules(
                 rules.push(format!("ip saddr @{set} goto {ep_chain}"));
             }
         }
-        let mut vmap = String::new();
-        for (i, t) in eps.iter().enumerate() {
-            if i > 0 {
-                vmap.push_str(", ");
+        let n = eps.len();
+        if n <= CASCADE_MAX_ENDPOINTS {
+            for (i, t) in eps.iter().enumerate() {
+                let ep_chain = endpoint_names(t).0;
+                if i + 1 < n {
+                    rules.push(format!("numgen random mod {} == 0 goto {ep_chain}", n - i));
+                } else {
+                    rules.push(format!("goto {ep_chain}"));
+                }
             }
-            let _ = write!(vmap, "{i} : goto {}", endpoint_names(t).0);
+        } else {
+            let mut vmap = String::new();
+            for (i, t) in eps.iter().enumerate() {
+                if i > 0 {
+                    vmap.push_str(", ");
+                }
+                let _ = write!(vmap, "{i} : goto {}", endpoint_names(t).0);
+            }
+            rules.push(format!("numgen random mod {n} vmap {{ {vmap} }}"));
         }
-        rules.push(format!("numgen random mod {} vmap {{ {vmap} }}", eps.len()));
         chains.entry(chain.clone()).or_default().extend(rules);
     }
 

@@ -212,7 +212,9 @@ fn cluster_ip_with_three_endpoints() {
         vec![
             "ip daddr 10.96.0.10 tcp dport 80 ip saddr != 10.244.0.0/16 jump mark-for-masquerade"
                 .to_string(),
-            format!("numgen random mod 3 vmap {{ 0 : goto {e1}, 1 : goto {e2}, 2 : goto {e3} }}"),
+            format!("numgen random mod 3 == 0 goto {e1}"),
+            format!("numgen random mod 2 == 0 goto {e2}"),
+            format!("goto {e3}"),
         ]
     );
     assert_eq!(
@@ -291,7 +293,8 @@ fn session_affinity_uses_per_endpoint_sets() {
         [
             format!("ip saddr @{s1} goto {e1}"),
             format!("ip saddr @{s2} goto {e2}"),
-            format!("numgen random mod 2 vmap {{ 0 : goto {e1}, 1 : goto {e2} }}"),
+            format!("numgen random mod 2 == 0 goto {e1}"),
+            format!("goto {e2}"),
         ]
     );
     assert_eq!(
@@ -352,8 +355,8 @@ fn terminating_endpoints_serve_when_none_is_ready() {
     let tx = plan(&mut p, &snapshot(vec![(svc, vec![draining, gone])]));
     let e = ep_chain(&name, "10.244.1.2", 80);
     assert_eq!(
-        chain_rules(&tx, &svc_chain(&name))[1],
-        format!("numgen random mod 1 vmap {{ 0 : goto {e} }}")
+        chain_rules(&tx, &svc_chain(&name))[1..],
+        [format!("goto {e}")]
     );
     assert_not_mentioned(&tx, "10.244.1.3");
 }
@@ -447,9 +450,12 @@ fn external_traffic_policy_local() {
     // Only this node's endpoint for external traffic, all three for the ClusterIP.
     assert_eq!(
         chain_rules(&tx, &format!("local-{base}")),
-        vec![format!("numgen random mod 1 vmap {{ 0 : goto {local} }}")]
+        vec![format!("goto {local}")]
     );
-    assert!(chain_rules(&tx, &format!("service-{base}"))[1].starts_with("numgen random mod 3 "));
+    assert!(
+        chain_rules(&tx, &format!("service-{base}"))[1].starts_with("numgen random mod 3 == 0 ")
+    );
+    assert_eq!(chain_rules(&tx, &format!("service-{base}")).len(), 4);
     assert_has(
         &tx,
         &format!("add element ip kube-proxy service-ips {{ 10.96.0.50 . tcp . 80 : goto service-{base}, 203.0.113.5 . tcp . 80 : goto external-{base} }}"),
@@ -571,7 +577,8 @@ fn ipv6_services_and_endpoints_are_ignored() {
     assert_not_mentioned(&tx, "fd00");
     assert_not_mentioned(&tx, "30600");
     assert_not_mentioned(&tx, "10.244.1.4");
-    assert!(chain_rules(&tx, &svc_chain(&mixed))[1].starts_with("numgen random mod 1 "));
+    assert_eq!(chain_rules(&tx, &svc_chain(&mixed)).len(), 2);
+    assert!(chain_rules(&tx, &svc_chain(&mixed))[1].starts_with("goto endpoint-"));
 }
 
 #[test]
@@ -622,7 +629,8 @@ fn incremental_sync_sends_only_deltas() {
             format!("flush chain ip kube-proxy {gone}"),
             format!("flush chain ip kube-proxy {chain}"),
             format!("add rule ip kube-proxy {chain} ip daddr 10.96.0.10 tcp dport 80 ip saddr != 10.244.0.0/16 jump mark-for-masquerade"),
-            format!("add rule ip kube-proxy {chain} numgen random mod 2 vmap {{ 0 : goto {e1}, 1 : goto {e2} }}"),
+            format!("add rule ip kube-proxy {chain} numgen random mod 2 == 0 goto {e1}"),
+            format!("add rule ip kube-proxy {chain} goto {e2}"),
             format!("delete chain ip kube-proxy {gone}"),
         ]
     );
@@ -944,4 +952,89 @@ fn unchanged_inputs_are_recognized_without_regenerating() {
     plan(&mut p, &snap);
     snap.endpoints.insert(name.clone(), Arc::new(vec![]));
     assert!(p.plan(&snap, Instant::now()).is_empty());
+}
+
+#[test]
+fn many_endpoints_are_picked_with_a_verdict_map() {
+    let name = port_name("default", "big", "");
+    let svc = service(&name, "10.96.0.70", 80);
+    let n = rules::CASCADE_MAX_ENDPOINTS + 1;
+    let eps: Vec<Endpoint> = (0..n)
+        .map(|i| endpoint(&format!("10.244.9.{}", i + 1), 8080, "n2"))
+        .collect();
+    let mut p = proxier(node(Some("10.244.0.0/16"), &[]));
+    let tx = plan(&mut p, &snapshot(vec![(svc.clone(), eps.clone())]));
+    let rules = chain_rules(&tx, &svc_chain(&name));
+    assert_eq!(rules.len(), 2, "{rules:?}");
+    let first = ep_chain(&name, "10.244.9.1", 8080);
+    let last = ep_chain(&name, &format!("10.244.9.{n}"), 8080);
+    assert!(
+        rules[1].starts_with(&format!("numgen random mod {n} vmap {{ 0 : goto {first}, "))
+            && rules[1].ends_with(&format!("{} : goto {last} }}", n - 1)),
+        "{}",
+        rules[1]
+    );
+
+    // At the limit, a cascade: one rule per endpoint, each less likely to be skipped.
+    let name = port_name("default", "cascade", "");
+    let svc = service(&name, "10.96.0.71", 80);
+    let eps: Vec<Endpoint> = (0..rules::CASCADE_MAX_ENDPOINTS)
+        .map(|i| endpoint(&format!("10.244.8.{}", i + 1), 8080, "n2"))
+        .collect();
+    let tx = plan(&mut p, &snapshot(vec![(svc, eps)]));
+    let rules = chain_rules(&tx, &svc_chain(&name));
+    assert_eq!(rules.len(), 1 + rules::CASCADE_MAX_ENDPOINTS);
+    for (i, rule) in rules[1..rules.len() - 1].iter().enumerate() {
+        let want = format!(
+            "numgen random mod {} == 0 goto {}",
+            rules::CASCADE_MAX_ENDPOINTS - i,
+            ep_chain(&name, &format!("10.244.8.{}", i + 1), 8080)
+        );
+        assert_eq!(*rule, want);
+    }
+    assert!(!tx.contains(" vmap { 0 :"), "{tx}");
+}
+
+#[test]
+fn internal_local_external_cluster_sends_external_traffic_to_every_endpoint() {
+    let name = port_name("default", "itp-np", "");
+    let mut svc = service(&name, "10.96.0.61", 80);
+    svc.internal_policy_local = true;
+    svc.node_port = Some(30061);
+    let base = service_chain_base(&name);
+    let eps = vec![
+        endpoint("10.244.1.2", 8080, "n1"),
+        endpoint("10.244.2.2", 8080, "n2"),
+    ];
+    let mut p = proxier(node(Some("10.244.0.0/16"), &["192.168.0.1"]));
+    let tx = plan(&mut p, &snapshot(vec![(svc, eps)]));
+    // ClusterIP: this node's endpoint only.
+    assert_has(
+        &tx,
+        &format!(
+            "add element ip kube-proxy service-ips {{ 10.96.0.61 . tcp . 80 : goto local-{base} }}"
+        ),
+    );
+    assert_eq!(
+        chain_rules(&tx, &format!("local-{base}"))[1..],
+        [format!("goto {}", ep_chain(&name, "10.244.1.2", 8080))]
+    );
+    // NodePort: masquerade, then every endpoint in the cluster.
+    assert_eq!(
+        chain_rules(&tx, &format!("external-{base}")),
+        vec![
+            "jump mark-for-masquerade".to_string(),
+            format!("goto service-{base}")
+        ]
+    );
+    assert_eq!(
+        chain_rules(&tx, &format!("service-{base}")),
+        vec![
+            format!(
+                "numgen random mod 2 == 0 goto {}",
+                ep_chain(&name, "10.244.1.2", 8080)
+            ),
+            format!("goto {}", ep_chain(&name, "10.244.2.2", 8080)),
+        ]
+    );
 }

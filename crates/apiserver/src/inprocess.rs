@@ -1,0 +1,352 @@
+//! The in-process transport: `kube::Client`s for components that run in the API server's own
+//! process (the scheduler, the controllers, the kubelet, the proxy and DNS of `capstan up`).
+//!
+//! Over HTTPS every call of such a component pays for TCP, TLS and HTTP framing on loopback.
+//! Here the client's `http::Request` goes straight to [`ApiServer::handle`], the function the
+//! HTTPS server calls once it has read a request, and the handler's response comes back as it
+//! is: a streamed body (a watch is an endless one). Nothing else is skipped: authentication,
+//! impersonation, authorization (RBAC, the Node authorizer), admission, validation, metrics
+//! and audit all see the request as they would see it from the network.
+//!
+//! Who the request comes from is fixed when the client is made, in one of two ways:
+//!
+//! * an identity ([`InProcess::client`], [`InProcess::client_as`]): the connection carries the
+//!   user as a client certificate would, in [`ConnInfo::in_process_user`], which
+//!   [`crate::auth::InProcessAuthenticator`] recognizes. Only this module sets that field —
+//!   the HTTPS server always leaves it empty, and no header can set it — so the identity cannot
+//!   be claimed from the network;
+//! * a bearer token ([`InProcess::client_with_token`]): the connection carries no identity and
+//!   the token is sent in `Authorization`, so the token authenticators decide as for any
+//!   remote client (a controller's service account token, for instance).
+//!
+//! The server is held weakly: once its owner drops it, in-process requests fail as requests
+//! to a stopped server do (an error from the transport, not an HTTP status).
+//!
+//! Protocol upgrades (exec, attach, port-forward over SPDY or WebSocket) need a connection to
+//! take over and are refused here; they work over HTTPS.
+
+use std::future::Future;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::pin::Pin;
+use std::sync::{Arc, Weak};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::{HeaderValue, Method, Request, Response};
+use http_body_util::{BodyExt, Limited};
+
+use crate::auth::{ConnInfo, User};
+use crate::codec::MAX_BODY_BYTES;
+use crate::error::ApiError;
+use crate::handlers::{error_response, full, Body};
+use crate::ApiServer;
+
+/// What the transport fails with (the server has stopped).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The address in-process requests are recorded as coming from (audit's `sourceIPs`): this
+/// host, as a loopback connection would be.
+const SOURCE: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0);
+
+impl ApiServer {
+    /// Clients for components running in this process; see [`InProcess`].
+    pub fn in_process(self: &Arc<Self>) -> InProcess {
+        InProcess::new(self)
+    }
+}
+
+/// Makes in-process clients of one API server.
+#[derive(Clone)]
+pub struct InProcess {
+    api: Weak<ApiServer>,
+}
+
+impl std::fmt::Debug for InProcess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InProcess")
+            .field("server_running", &(self.api.strong_count() > 0))
+            .finish()
+    }
+}
+
+impl InProcess {
+    pub fn new(api: &Arc<ApiServer>) -> Self {
+        InProcess {
+            api: Arc::downgrade(api),
+        }
+    }
+
+    /// A client whose requests authenticate as `user` (as with a client certificate naming
+    /// it; `system:authenticated` is added by authentication, as for every user).
+    pub fn client(&self, user: User) -> kube::Client {
+        kube::Client::new(self.service_as(user), "default")
+    }
+
+    /// [`Self::client`] for a user with just a name and groups (a certificate's CN and Os).
+    pub fn client_as(&self, name: &str, groups: &[&str]) -> kube::Client {
+        self.client(User {
+            name: name.to_string(),
+            groups: groups.iter().map(|g| g.to_string()).collect(),
+            ..Default::default()
+        })
+    }
+
+    /// A client that sends `token` as its bearer token; the token authenticators decide who
+    /// it is. Err when the token cannot be a header value.
+    pub fn client_with_token(&self, token: &str) -> Result<kube::Client, String> {
+        Ok(kube::Client::new(
+            self.service_with_token(token)?,
+            "default",
+        ))
+    }
+
+    /// The tower service behind [`Self::client`], to build other client stacks on.
+    pub fn service_as(&self, user: User) -> InProcessService {
+        InProcessService {
+            api: self.api.clone(),
+            conn: Arc::new(ConnInfo {
+                peer: Some(SOURCE),
+                in_process_user: Some(user),
+                ..Default::default()
+            }),
+            authorization: None,
+        }
+    }
+
+    /// The tower service behind [`Self::client_with_token`].
+    pub fn service_with_token(&self, token: &str) -> Result<InProcessService, String> {
+        let mut value = HeaderValue::from_str(&format!("Bearer {token}"))
+            .map_err(|_| "the bearer token is not a valid header value".to_string())?;
+        value.set_sensitive(true);
+        Ok(InProcessService {
+            api: self.api.clone(),
+            conn: Arc::new(ConnInfo {
+                peer: Some(SOURCE),
+                ..Default::default()
+            }),
+            authorization: Some(value),
+        })
+    }
+}
+
+/// A tower service that serves each request with the API server in this process.
+#[derive(Clone)]
+pub struct InProcessService {
+    api: Weak<ApiServer>,
+    conn: Arc<ConnInfo>,
+    /// Sent as `Authorization` on every request (a bearer token).
+    authorization: Option<HeaderValue>,
+}
+
+impl std::fmt::Debug for InProcessService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InProcessService")
+            .field(
+                "user",
+                &self.conn.in_process_user.as_ref().map(|u| u.name.as_str()),
+            )
+            .field("bearer_token", &self.authorization.is_some())
+            .finish()
+    }
+}
+
+/// Why an in-process request got no answer.
+#[derive(Debug)]
+pub struct ServerStopped;
+
+impl std::fmt::Display for ServerStopped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the in-process API server has stopped")
+    }
+}
+
+impl std::error::Error for ServerStopped {}
+
+impl<B> tower::Service<Request<B>> for InProcessService
+where
+    B: hyper::body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    type Response = Response<Body>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        let api = self.api.upgrade();
+        let conn = self.conn.clone();
+        let authorization = self.authorization.clone();
+        Box::pin(async move {
+            let api = api.ok_or_else(|| Box::new(ServerStopped) as BoxError)?;
+            // The request is served on a task of its own, as the HTTPS server serves each
+            // one: a caller that stops waiting does not cut a write short, and a handler that
+            // panics fails this request only.
+            let served =
+                tokio::spawn(async move { handle(&api, req, &conn, authorization.as_ref()).await });
+            Ok(served.await.unwrap_or_else(|e| {
+                tracing::error!(error = %e, "an in-process request failed");
+                error_response(&ApiError::internal("the request handler failed"))
+            }))
+        })
+    }
+}
+
+/// Read the body (at most 3 MiB, as over HTTPS) and hand the request to the API server.
+async fn handle<B>(
+    api: &Arc<ApiServer>,
+    req: Request<B>,
+    conn: &ConnInfo,
+    authorization: Option<&HeaderValue>,
+) -> Response<Body>
+where
+    B: hyper::body::Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    let started = std::time::Instant::now();
+    let (mut parts, body) = req.into_parts();
+    // Only what a request over the network carries: its method, URI, headers and body. The
+    // caller's extensions stay on its side.
+    parts.extensions = http::Extensions::new();
+    if let Some(value) = authorization {
+        parts
+            .headers
+            .insert(http::header::AUTHORIZATION, value.clone());
+    }
+    let body = match Limited::new(body, MAX_BODY_BYTES).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => {
+            let err = if e
+                .downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some()
+            {
+                ApiError::too_large()
+            } else {
+                ApiError::bad_request(format!("error reading the request body: {e}"))
+            };
+            return error_response(&err);
+        }
+    };
+    let head = parts.method == Method::HEAD;
+    let method = parts.method.clone();
+    let path = parts.uri.path().to_string();
+    let mut resp = api.handle(Request::from_parts(parts, body), conn).await;
+    if head {
+        // As an HTTP server answers HEAD: the headers of the GET, no body.
+        *resp.body_mut() = full(Bytes::new());
+    }
+    tracing::debug!(%method, path, status = resp.status().as_u16(),
+        elapsed_us = started.elapsed().as_micros() as u64, transport = "in-process", "request");
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::{AuthChain, InProcessAuthenticator, MastersAuthorizer};
+    use tower::ServiceExt;
+
+    async fn server() -> (Arc<ApiServer>, tempfile::TempDir) {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let store = Arc::new(
+            capstan_store::embedded::EmbeddedStore::open(dir.path()).expect("the store opens"),
+        );
+        let auth = AuthChain {
+            authenticators: vec![Box::new(InProcessAuthenticator)],
+            authorizers: vec![Box::new(MastersAuthorizer)],
+            ..Default::default()
+        };
+        let api = ApiServer::new(store, auth, crate::Config::default())
+            .await
+            .expect("the server starts");
+        (api, dir)
+    }
+
+    fn admin() -> User {
+        User {
+            name: "admin".into(),
+            groups: vec!["system:masters".into()],
+            ..Default::default()
+        }
+    }
+
+    async fn body_of(resp: Response<Body>) -> serde_json::Value {
+        let bytes = resp
+            .into_body()
+            .collect()
+            .await
+            .expect("an infallible body")
+            .to_bytes();
+        serde_json::from_slice(&bytes).expect("a JSON body")
+    }
+
+    #[tokio::test]
+    async fn an_oversized_body_is_413_before_the_handler() {
+        let (api, _dir) = server().await;
+        let svc = api.in_process().service_as(admin());
+        let big = Bytes::from(vec![b' '; MAX_BODY_BYTES + 1]);
+        let req = Request::post("/api/v1/namespaces/default/configmaps")
+            .header("content-type", "application/json")
+            .body(http_body_util::Full::new(big))
+            .expect("a request");
+        let resp = svc.oneshot(req).await.expect("an answer");
+        assert_eq!(resp.status(), 413);
+        assert_eq!(body_of(resp).await["reason"], "RequestEntityTooLarge");
+    }
+
+    #[tokio::test]
+    async fn a_body_that_fails_to_arrive_is_400() {
+        let (api, _dir) = server().await;
+        let svc = api.in_process().service_as(admin());
+        let frames = futures::stream::iter(vec![
+            Ok(hyper::body::Frame::data(Bytes::from_static(b"{"))),
+            Err(std::io::Error::other("the sender went away")),
+        ]);
+        let req = Request::post("/api/v1/namespaces/default/configmaps")
+            .body(http_body_util::StreamBody::new(frames))
+            .expect("a request");
+        let resp = svc.oneshot(req).await.expect("an answer");
+        assert_eq!(resp.status(), 400);
+        let body = body_of(resp).await;
+        assert!(
+            body["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("the sender went away")),
+            "{body}"
+        );
+    }
+
+    #[tokio::test]
+    async fn head_answers_without_a_body() {
+        let (api, _dir) = server().await;
+        let svc = api.in_process().service_as(admin());
+        let req = Request::head("/api/v1/namespaces/default")
+            .body(http_body_util::Empty::<Bytes>::new())
+            .expect("a request");
+        let resp = svc.oneshot(req).await.expect("an answer");
+        assert_eq!(resp.status(), 200);
+        let bytes = resp.into_body().collect().await.expect("a body").to_bytes();
+        assert!(bytes.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_stopped_server_fails_the_transport() {
+        let (api, _dir) = server().await;
+        let svc = api.in_process().service_as(admin());
+        drop(api);
+        let req = Request::get("/version")
+            .body(http_body_util::Empty::<Bytes>::new())
+            .expect("a request");
+        let err = svc.oneshot(req).await.expect_err("no server");
+        assert!(err.is::<ServerStopped>(), "{err}");
+    }
+
+    #[test]
+    fn a_token_must_be_a_header_value() {
+        let in_process = InProcess { api: Weak::new() };
+        assert!(in_process.service_with_token("bad\ntoken").is_err());
+        assert!(in_process.service_with_token("abc.def").is_ok());
+    }
+}
