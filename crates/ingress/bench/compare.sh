@@ -12,7 +12,9 @@
 # private address that only this script's namespace has). Both proxies run on the host, on
 # loopback ports, with two workers, access logs off, keep-alive to the backend, and the
 # same X-Forwarded-* / X-Real-IP headers set. wrk runs each proxy in turn, ROUNDS times,
-# after a warm-up; the figures are the mean requests/s of the rounds.
+# after a warm-up; the figures are the mean requests/s of the rounds, and the CPU time each
+# proxy spent per request (user + system, from /proc) — the steadier figure on a machine
+# that other work shares.
 set -euo pipefail
 
 CAPSTAN=${1:-target/release/capstan}
@@ -111,7 +113,8 @@ http {
 }
 EOF
 nginx -p "$work/proxy" -c "$work/proxy/nginx.conf" -g 'daemon off;' &
-pids+=($!)
+nginx_pid=$!
+pids+=($nginx_pid)
 
 # --- capstan: an API server and the ingress controller -------------------------------------
 api_port=$(free_port)
@@ -158,7 +161,8 @@ ingress_port=$(free_port)
 CAPSTAN_LOG=warn "$CAPSTAN" ingress --kubeconfig "$kubeconfig" --bind-address 127.0.0.1 \
     --http-port "$ingress_port" --https-port "$(free_port)" --metrics-port "$(free_port)" \
     --publish-address 127.0.0.1 >"$work/ingress.log" 2>&1 &
-pids+=($!)
+ingress_pid=$!
+pids+=($ingress_pid)
 
 wait_for() {
     for _ in $(seq 300); do
@@ -172,27 +176,49 @@ wait_for() {
 wait_for "$nginx_port"
 wait_for "$ingress_port"
 
-rps() {
-    wrk -t"$THREADS" -c"$CONNECTIONS" -d"$1" "http://127.0.0.1:$2/" |
-        awk '/^Requests\/sec:/ {print $2} /Non-2xx|Socket errors/ {print "errors: " $0 > "/dev/stderr"}'
+# CPU clock ticks (user + system) of these processes so far.
+ticks() {
+    local t=0 p
+    for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done
+    echo "$t"
 }
 
-echo "warming up..."
-rps 2s "$nginx_port" >/dev/null
-rps 2s "$ingress_port" >/dev/null
+# Run wrk for $1 against port $2, counting the CPU of processes $3...: prints
+# "requests/s microseconds-of-CPU-per-request".
+rps() {
+    local duration=$1 port=$2
+    shift 2
+    local before out after
+    before=$(ticks "$@")
+    out=$(wrk -t"$THREADS" -c"$CONNECTIONS" -d"$duration" "http://127.0.0.1:$port/")
+    after=$(ticks "$@")
+    if echo "$out" | grep -qE 'Non-2xx|Socket errors'; then
+        echo "$out" | grep -E 'Non-2xx|Socket errors' >&2
+    fi
+    echo "$out" | awk -v cpu=$((after - before)) -v hz="$(getconf CLK_TCK)" \
+        '/requests in/ {n = $1} /^Requests\/sec:/ {r = $2} END {printf "%s %.1f\n", r, cpu * 1e6 / hz / n}'
+}
 
-nginx_sum=0
-capstan_sum=0
+nginx_workers=$(pgrep -P "$nginx_pid" | tr '\n' ' ')
+echo "warming up..."
+rps 2s "$nginx_port" $nginx_workers >/dev/null
+rps 2s "$ingress_port" "$ingress_pid" >/dev/null
+
+nginx_sum=0 nginx_cpu=0 capstan_sum=0 capstan_cpu=0
 for round in $(seq "$ROUNDS"); do
-    n=$(rps "$DURATION" "$nginx_port")
-    c=$(rps "$DURATION" "$ingress_port")
-    echo "round $round: nginx $n req/s, capstan ingress $c req/s"
+    read -r n ncpu < <(rps "$DURATION" "$nginx_port" $nginx_workers)
+    read -r c ccpu < <(rps "$DURATION" "$ingress_port" "$ingress_pid")
+    echo "round $round: nginx $n req/s ($ncpu us CPU/request), capstan ingress $c req/s ($ccpu us CPU/request)"
     nginx_sum=$(echo "$nginx_sum + $n" | bc -l)
+    nginx_cpu=$(echo "$nginx_cpu + $ncpu" | bc -l)
     capstan_sum=$(echo "$capstan_sum + $c" | bc -l)
+    capstan_cpu=$(echo "$capstan_cpu + $ccpu" | bc -l)
 done
 nginx_mean=$(echo "$nginx_sum / $ROUNDS" | bc -l)
 capstan_mean=$(echo "$capstan_sum / $ROUNDS" | bc -l)
 printf 'wrk -t%s -c%s -d%s, mean of %s rounds:\n' "$THREADS" "$CONNECTIONS" "$DURATION" "$ROUNDS"
-printf '  nginx (reverse proxy)  %10.0f req/s\n' "$nginx_mean"
-printf '  capstan ingress        %10.0f req/s  (%.0f%% of nginx)\n' "$capstan_mean" \
+printf '  nginx (reverse proxy)  %10.0f req/s  %5.1f us CPU/request\n' "$nginx_mean" \
+    "$(echo "$nginx_cpu / $ROUNDS" | bc -l)"
+printf '  capstan ingress        %10.0f req/s  %5.1f us CPU/request  (%.0f%% of nginx'"'"'s req/s)\n' \
+    "$capstan_mean" "$(echo "$capstan_cpu / $ROUNDS" | bc -l)" \
     "$(echo "100 * $capstan_mean / $nginx_mean" | bc -l)"
