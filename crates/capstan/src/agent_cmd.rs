@@ -344,11 +344,7 @@ async fn bootstrap(
     use base64::Engine;
 
     // The certificate request, as the bootstrap token's user.
-    let client = client_from_yaml(
-        &kubeconfig_yaml(server, Some(&ca_pem), Some(token), None),
-        false,
-    )
-    .await?;
+    let client = client_from_yaml(&kubeconfig_yaml(server, &ca_pem, Some(token), None)).await?;
     let user = format!("system:node:{node_name}");
     let (key_pem, csr_pem) = capstan_pki::client_csr(&user, &["system:nodes"])?;
     let csrs: Api<CertificateSigningRequest> = Api::all(client);
@@ -397,12 +393,7 @@ async fn bootstrap(
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    let yaml = kubeconfig_yaml(
-        server,
-        Some(&ca_pem),
-        None,
-        Some((&user, &cert_pem, &key_pem)),
-    );
+    let yaml = kubeconfig_yaml(server, &ca_pem, None, Some((&user, &cert_pem, &key_pem)));
     write_private(out, yaml.as_bytes())
 }
 
@@ -418,20 +409,16 @@ fn token_is_well_formed(token: &str) -> bool {
     ok(id, 6) && ok(secret, 16)
 }
 
-/// A kubeconfig for `server`: with the CA (or skipping verification), and a token or a client
-/// certificate.
+/// A kubeconfig for `server` with the cluster CA, and a token or a client certificate.
 fn kubeconfig_yaml(
     server: &str,
-    ca_pem: Option<&str>,
+    ca_pem: &str,
     token: Option<&str>,
     cert: Option<(&str, &str, &str)>,
 ) -> String {
     use base64::Engine;
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
-    let cluster = match ca_pem {
-        Some(ca) => format!("certificate-authority-data: {}", b64(ca)),
-        None => "insecure-skip-tls-verify: true".to_string(),
-    };
+    let cluster = format!("certificate-authority-data: {}", b64(ca_pem));
     let (user_name, user) = match (token, cert) {
         (_, Some((name, cert, key))) => (
             name.to_string(),
@@ -452,15 +439,12 @@ fn kubeconfig_yaml(
     )
 }
 
-async fn client_from_yaml(yaml: &str, insecure: bool) -> anyhow::Result<kube::Client> {
+async fn client_from_yaml(yaml: &str) -> anyhow::Result<kube::Client> {
     let kc = kube::config::Kubeconfig::from_yaml(yaml)
         .map_err(|e| anyhow::anyhow!("building a kubeconfig: {e}"))?;
-    let mut config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
         .await
         .map_err(|e| anyhow::anyhow!("building a kubeconfig: {e}"))?;
-    if insecure {
-        config.accept_invalid_certs = true;
-    }
     kube::Client::try_from(config).context("building a client")
 }
 
@@ -515,13 +499,13 @@ mod tests {
         for yaml in [
             kubeconfig_yaml(
                 "https://10.0.0.1:6443",
-                None,
+                "-----BEGIN CERTIFICATE-----\n",
                 Some("abcdef.0123456789abcdef"),
                 None,
             ),
             kubeconfig_yaml(
                 "https://10.0.0.1:6443",
-                Some("-----BEGIN CERTIFICATE-----\n"),
+                "-----BEGIN CERTIFICATE-----\n",
                 None,
                 Some(("system:node:a", "CERT", "KEY")),
             ),

@@ -98,7 +98,7 @@ pub async fn run(
     loop {
         let wanted = desired_routes(&nodes.list(), &opts.node_name);
         if first || wanted != applied {
-            match host.sync_routes(&wanted, first) {
+            match host.sync_routes(&wanted) {
                 Ok(()) => {
                     applied = wanted;
                     first = false;
@@ -149,9 +149,9 @@ impl Host {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
-    /// Make capstan's routes exactly `wanted`; `full` also removes stale ones of capstan's that
-    /// a previous run left.
-    fn sync_routes(&self, wanted: &BTreeMap<String, IpAddr>, full: bool) -> anyhow::Result<()> {
+    /// Make capstan's routes exactly `wanted`, removing any other route of capstan's (also
+    /// stale ones a previous run left).
+    fn sync_routes(&self, wanted: &BTreeMap<String, IpAddr>) -> anyhow::Result<()> {
         let mut errors = Vec::new();
         for (cidr, via) in wanted {
             let family = if via.is_ipv6() { "-6" } else { "-4" };
@@ -173,7 +173,6 @@ impl Host {
                 errors.push(format!("{e:#}"));
             }
         }
-        let _ = full;
         for family in ["-4", "-6"] {
             let listed = self.run("ip", &[family, "route", "show", "proto", ROUTE_PROTO])?;
             for line in listed.lines() {
@@ -228,7 +227,7 @@ impl Host {
     }
 
     fn cleanup(&self, cluster_cidr: Option<&str>) {
-        if let Err(e) = self.sync_routes(&BTreeMap::new(), true) {
+        if let Err(e) = self.sync_routes(&BTreeMap::new()) {
             tracing::warn!("removing the pod network routes: {e:#}");
         }
         if let Some(cidr) = cluster_cidr {
