@@ -7,9 +7,10 @@ use anyhow::Context;
 
 #[derive(clap::Args, Debug)]
 pub struct IngressArgs {
-    /// The kubeconfig to reach the API server with.
+    /// The kubeconfig to reach the API server with (default: $KUBECONFIG, ~/.kube/config, or
+    /// the in-cluster service account when run as a pod).
     #[arg(long, value_name = "PATH")]
-    pub kubeconfig: PathBuf,
+    pub kubeconfig: Option<PathBuf>,
 
     /// The port plain HTTP is served on.
     #[arg(long, default_value_t = 80)]
@@ -44,7 +45,12 @@ pub struct IngressArgs {
 }
 
 pub async fn run(args: IngressArgs) -> anyhow::Result<()> {
-    let config = crate::scheduler_cmd::config(&args.kubeconfig).await?;
+    let config = match &args.kubeconfig {
+        Some(path) => crate::scheduler_cmd::config(path).await?,
+        None => kube::Config::infer()
+            .await
+            .map_err(|e| anyhow::anyhow!("no kubeconfig: pass --kubeconfig PATH ({e})"))?,
+    };
     let client = capstan_runtime::client::client(config).context("building the API client")?;
     let opts = capstan_ingress::Options {
         bind_address: args.bind_address,

@@ -51,9 +51,21 @@ struct AddonFlags {
     #[arg(long, default_value = "iptables")]
     proxy_mode: String,
 
-    /// Components not to run: proxy, dns, dashboard (comma-separated or repeated).
-    #[arg(long, value_delimiter = ',', value_parser = ["proxy", "dns", "dashboard"])]
+    /// Components not to run: proxy, dns, ingress, dashboard (comma-separated or repeated).
+    #[arg(long, value_delimiter = ',', value_parser = ["proxy", "dns", "ingress", "dashboard"])]
     disable: Vec<String>,
+
+    /// The port the ingress controller serves plain HTTP on (all addresses).
+    #[arg(long, default_value_t = 80)]
+    ingress_http_port: u16,
+
+    /// The port the ingress controller serves HTTPS on.
+    #[arg(long, default_value_t = 443)]
+    ingress_https_port: u16,
+
+    /// The port of the ingress controller's /metrics and /healthz.
+    #[arg(long, default_value_t = 10254)]
+    ingress_metrics_port: u16,
 
     /// Where the dashboard listens (HTTPS, with a certificate of its own).
     #[arg(long, default_value = "127.0.0.1:8443")]
@@ -249,6 +261,10 @@ async fn bring_up(
         .await?;
         progress.step("cluster DNS ready", &format!("{dns_ip} → {addr}"));
     }
+    if addons.enabled("ingress") {
+        let ports = start_ingress(addons, in_process, &admin, &node_name, running).await?;
+        progress.step("ingress serving", &ports);
+    }
     let mut dashboard_url = None;
     if addons.enabled("dashboard") {
         let dashboard = capstan_dashboard::Dashboard::bind(
@@ -346,6 +362,94 @@ fn merge_kubeconfig(pki: &capstan_pki::Pki, server_url: &str) -> anyhow::Result<
     capstan_pki::kubeconfig::merge_into(&path, "capstan", &entry, true)
         .with_context(|| format!("writing {}", path.display()))?;
     Ok(path)
+}
+
+/// The ingress controller, as k3s runs Traefik: serving Ingresses of the IngressClass
+/// `capstan` (made the cluster's default class when it does not exist yet) on the node's
+/// ports, as the ServiceAccount of its manifest (`kube-system/capstan-ingress`). Returns the ports it serves, for the progress line.
+async fn start_ingress(
+    addons: &AddonFlags,
+    in_process: &capstan_apiserver::InProcess,
+    admin: &kube::Client,
+    node_name: &str,
+    running: &mut Running,
+) -> anyhow::Result<String> {
+    let opts = capstan_ingress::Options {
+        http_port: addons.ingress_http_port,
+        https_port: addons.ingress_https_port,
+        metrics_port: addons.ingress_metrics_port,
+        node_name: Some(node_name.to_string()),
+        // One data-plane thread: the rest of the cluster shares this process.
+        workers: 1,
+        ..Default::default()
+    };
+    let listeners = capstan_ingress::Listeners::bind(&opts).await.context(
+        "starting the ingress controller (other ports: --ingress-http-port, \
+         --ingress-https-port, --ingress-metrics-port; or --disable ingress)",
+    )?;
+    let (http, https, _) = listeners.addrs()?;
+    ingress_account(admin).await?;
+    let (ns, name) = capstan_ingress::deploy::SERVICE_ACCOUNT;
+    let client = in_process.client_as(
+        &format!("system:serviceaccount:{ns}:{name}"),
+        &[
+            "system:serviceaccounts",
+            &format!("system:serviceaccounts:{ns}"),
+        ],
+    );
+    running.components.push(crate::node::Component::spawn(
+        "the ingress controller",
+        move |stop| async move {
+            if let Err(e) = listeners.serve(opts, client, stop).await {
+                tracing::error!("ingress: {e:#}");
+            }
+        },
+    ));
+    Ok(format!("HTTP :{}, HTTPS :{}", http.port(), https.port()))
+}
+
+/// The controller's ServiceAccount and its permissions, from the controller's manifest
+/// (applied), and its IngressClass marked the default class (created only when missing: a
+/// user's edits are kept).
+async fn ingress_account(admin: &kube::Client) -> anyhow::Result<()> {
+    use capstan_ingress::deploy;
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+    let pp = PatchParams::apply("capstan-up").force();
+    for kind in [
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "IngressClass",
+    ] {
+        for object in deploy::of_kind(kind) {
+            let (group, version) = match object["apiVersion"].as_str().unwrap_or_default() {
+                v if v.contains('/') => v.split_once('/').unwrap_or_default(),
+                v => ("", v),
+            };
+            let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
+            let name = object["metadata"]["name"].as_str().unwrap_or_default();
+            let api: Api<DynamicObject> = match object["metadata"]["namespace"].as_str() {
+                Some(ns) => Api::namespaced_with(admin.clone(), ns, &resource),
+                None => Api::all_with(admin.clone(), &resource),
+            };
+            let written = if kind == "IngressClass" {
+                match api
+                    .create(
+                        &Default::default(),
+                        &serde_json::from_value(object.clone())?,
+                    )
+                    .await
+                {
+                    Err(kube::Error::Api(e)) if e.code == 409 => continue,
+                    r => r.map(drop),
+                }
+            } else {
+                api.patch(name, &pp, &Patch::Apply(&object)).await.map(drop)
+            };
+            written.with_context(|| format!("writing the {kind} {name}"))?;
+        }
+    }
+    Ok(())
 }
 
 /// The ServiceAccount `kube-system/capstan-dashboard`, bound to cluster-admin: the dashboard's

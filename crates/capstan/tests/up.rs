@@ -298,6 +298,7 @@ fn up_runs_a_node_stops_cleanly_and_restarts_with_its_pods() {
         "API server ready",
         "containerd ready",
         "kubelet registered",
+        "ingress serving",
     ] {
         assert!(log.contains(step), "no {step:?} progress line:\n{log}");
     }
@@ -387,6 +388,75 @@ spec:
         up.ok(&["exec", "hello", "--", "cat", "/etc/resolv.conf"])
             .contains("10.43.0.10"),
         "pods resolve through the kube-dns Service"
+    );
+
+    // The ingress controller serves an Ingress of the default class (none named) on the
+    // node's port 80, as its own ServiceAccount, and publishes the node's address.
+    let ingress = r#"
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: web}
+spec:
+  rules:
+  - host: web.example
+    http:
+      paths:
+      - {path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}
+"#;
+    let out = kubectl(&ns, &up.kubeconfig(), &["apply", "-f", "-"], Some(ingress));
+    assert!(out.status.success(), "{out:?}");
+    wait_until(
+        "the Ingress routes by host",
+        Duration::from_secs(60),
+        || {
+            ns.exec(&[
+                "curl",
+                "-s",
+                "-m",
+                "5",
+                "-H",
+                "Host: web.example",
+                "http://127.0.0.1/",
+            ])
+            .is_ok_and(|body| body.contains("hello from web"))
+        },
+    );
+    let unrouted = ns
+        .exec(&[
+            "curl",
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "-m",
+            "5",
+            "-H",
+            "Host: other.example",
+            "http://127.0.0.1/",
+        ])
+        .unwrap_or_default();
+    assert_eq!(unrouted, "404", "a host no rule names");
+    wait_until("the Ingress status", Duration::from_secs(30), || {
+        up.get(&[
+            "get",
+            "ingress",
+            "web",
+            "-o",
+            "jsonpath={.status.loadBalancer.ingress[0].ip}",
+        ]) == ns.ip.to_string()
+    });
+    assert_eq!(
+        up.ok(&[
+            "auth",
+            "can-i",
+            "list",
+            "secrets",
+            "--as",
+            "system:serviceaccount:kube-system:capstan-ingress",
+        ])
+        .trim(),
+        "yes"
     );
 
     // The dashboard serves its UI, and its sign-in account gives tokens.

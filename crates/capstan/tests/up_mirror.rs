@@ -220,7 +220,7 @@ fn up_shows_its_control_plane_as_mirror_pods() {
         .args(["--cni-bridge-name", &bridge])
         .args(["--cluster-cidr", &support::unique_cluster_cidr()])
         .args(["--node-name", NODE])
-        .arg("--disable=proxy,dns,dashboard")
+        .arg("--disable=proxy,dns,ingress,dashboard")
         .env("HOME", dir.join("home"))
         .env("CAPSTAN_LOG", "info")
         .stdin(Stdio::null())

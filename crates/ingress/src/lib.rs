@@ -25,6 +25,7 @@ use tokio_rustls::TlsAcceptor;
 
 pub mod class;
 pub mod controller;
+pub mod deploy;
 pub mod metrics;
 pub mod pool;
 pub mod proxy;
@@ -92,9 +93,62 @@ pub async fn run(
     client: Client,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    let http = listen(opts.bind_address, opts.http_port, "HTTP").await?;
-    let https = listen(opts.bind_address, opts.https_port, "HTTPS").await?;
-    let metrics_listener = listen(opts.bind_address, opts.metrics_port, "metrics").await?;
+    Listeners::bind(&opts)
+        .await?
+        .serve(opts, client, shutdown)
+        .await
+}
+
+/// The controller's sockets, bound: `capstan up` binds them before it reports the ingress
+/// as running, so a port in use is one clear error at start.
+pub struct Listeners {
+    http: TcpListener,
+    https: TcpListener,
+    metrics: TcpListener,
+}
+
+impl Listeners {
+    /// Bind the HTTP, HTTPS and metrics ports of `opts` (port 0: any free port).
+    pub async fn bind(opts: &Options) -> anyhow::Result<Listeners> {
+        Ok(Listeners {
+            http: listen(opts.bind_address, opts.http_port, "HTTP").await?,
+            https: listen(opts.bind_address, opts.https_port, "HTTPS").await?,
+            metrics: listen(opts.bind_address, opts.metrics_port, "metrics").await?,
+        })
+    }
+
+    /// The bound HTTP, HTTPS and metrics addresses.
+    pub fn addrs(&self) -> std::io::Result<(SocketAddr, SocketAddr, SocketAddr)> {
+        Ok((
+            self.http.local_addr()?,
+            self.https.local_addr()?,
+            self.metrics.local_addr()?,
+        ))
+    }
+
+    /// Serve Ingresses on these listeners until `shutdown` completes, then let open requests
+    /// finish (up to ten seconds).
+    pub async fn serve(
+        self,
+        opts: Options,
+        client: Client,
+        shutdown: impl Future<Output = ()>,
+    ) -> anyhow::Result<()> {
+        serve_on(self, opts, client, shutdown).await
+    }
+}
+
+async fn serve_on(
+    listeners: Listeners,
+    opts: Options,
+    client: Client,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let Listeners {
+        http,
+        https,
+        metrics: metrics_listener,
+    } = listeners;
     tracing::info!(
         http = %http.local_addr()?, https = %https.local_addr()?,
         metrics = %metrics_listener.local_addr()?, class = %opts.ingress_class,
@@ -125,13 +179,15 @@ pub async fn run(
     ));
 
     let tls = TlsAcceptor::from(Arc::new(tls::server_config(current.clone())?));
+    // Redirects to HTTPS name the port actually bound.
+    let https_port = https.local_addr()?.port();
     let data_plane = DataPlane {
         http: http.into_std().context("HTTP listener")?,
         https: https.into_std().context("HTTPS listener")?,
         current,
         metrics,
         tls,
-        https_port: opts.https_port,
+        https_port,
     };
 
     let mut shutdown = std::pin::pin!(shutdown);
