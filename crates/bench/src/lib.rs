@@ -11,12 +11,14 @@ mod duration;
 pub mod hollow;
 mod latency;
 pub mod nodes;
+pub mod plot;
 pub mod podstartup;
 pub mod proxy;
 pub mod proxy_throughput;
 pub mod report;
 pub mod scheduler;
 pub mod store;
+pub mod summary;
 
 pub use report::Measurement;
 
@@ -60,6 +62,9 @@ pub enum BenchCommand {
     /// The userspace proxy's throughput as a share of a direct connection (in a private
     /// network namespace).
     ProxyThroughput(proxy_throughput::ThroughputArgs),
+    /// Gather the JSON lines of benchmark runs (`--json`), of capstan and of a reference side
+    /// by side, into report.json, a Markdown report and PNG charts.
+    Report(summary::ReportArgs),
 }
 
 /// Run a benchmark subcommand, printing its measurements to stdout.
@@ -76,5 +81,6 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::Dns(args) => dns::run(args).await,
         BenchCommand::Proxy(args) => proxy::run(args).await,
         BenchCommand::ProxyThroughput(args) => proxy_throughput::run(args).await,
+        BenchCommand::Report(args) => summary::run(args).await,
     }
 }
