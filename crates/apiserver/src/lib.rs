@@ -765,10 +765,31 @@ impl ApiServer {
                     .insert(http::header::VARY, http::HeaderValue::from_static("Accept"));
                 Ok(r)
             }
-            ["openapi", "v3"] => Ok(json_response(200, capstan_api::openapi::v3_index_bytes())),
-            ["openapi", "v3", rest @ ..] => capstan_api::openapi::v3_bytes(&rest.join("/"))
-                .map(|b| json_response(200, b))
-                .ok_or_else(ApiError::not_found_path),
+            ["openapi", "v3"] => {
+                let custom = self.custom.openapi_paths();
+                if custom.is_empty() {
+                    return Ok(json_response(200, capstan_api::openapi::v3_index_bytes()));
+                }
+                // The built-in documents and those of custom group versions.
+                let mut index = capstan_api::openapi::v3_index().clone();
+                if let Some(paths) = index.get_mut("paths").and_then(|p| p.as_object_mut()) {
+                    for (path, hash) in custom {
+                        paths.entry(path.clone()).or_insert_with(|| {
+                            serde_json::json!({
+                                "serverRelativeURL": format!("/openapi/v3/{path}?hash={hash}")
+                            })
+                        });
+                    }
+                }
+                Ok(value_response(200, &index))
+            }
+            ["openapi", "v3", rest @ ..] => {
+                let path = rest.join("/");
+                capstan_api::openapi::v3_bytes(&path)
+                    .or_else(|| self.custom.openapi(&path))
+                    .map(|b| json_response(200, b))
+                    .ok_or_else(ApiError::not_found_path)
+            }
             _ => Err(ApiError::not_found_path()),
         }
     }

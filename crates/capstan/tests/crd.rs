@@ -57,6 +57,7 @@ spec:
             properties:
               cronSpec:
                 type: string
+                description: When the tab runs, in cron's five fields.
                 pattern: '^(\d+|\*)(/\d+)?(\s+(\d+|\*)(/\d+)?){4}$'
               image:
                 type: string
@@ -130,6 +131,19 @@ fn a_custom_resource_is_served_like_a_built_in_one() {
     assert!(
         resources.contains("crontabs") && resources.contains("ct") && resources.contains("CronTab"),
         "{resources}"
+    );
+
+    // OpenAPI v3: kubectl explain reads the definition's schema.
+    let explained = s.ok(&["explain", "crontabs.spec.cronSpec"]);
+    assert!(
+        explained.contains("CronTab")
+            && explained.contains("When the tab runs, in cron's five fields."),
+        "{explained}"
+    );
+    let explained = s.ok(&["explain", "crontabs"]);
+    assert!(
+        explained.contains("metadata") && explained.contains("ObjectMeta"),
+        "{explained}"
     );
 
     // Create with defaults applied and unknown fields pruned.

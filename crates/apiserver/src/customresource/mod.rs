@@ -10,6 +10,7 @@
 //! is deleted (their own finalizers honoured), then the finalizer goes and the resource is no
 //! longer served.
 
+mod openapi;
 mod strategy;
 
 use std::collections::HashMap;
@@ -17,6 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use bytes::Bytes;
 use capstan_api::catalogue::{self, ResourceInfo};
 use capstan_api::meta;
 use parking_lot::RwLock;
@@ -34,12 +36,31 @@ pub use strategy::{CrdStrategy, CustomStrategy};
 #[derive(Default)]
 pub struct Served {
     infos: RwLock<Vec<&'static ResourceInfo>>,
+    /// OpenAPI v3 documents by path (`apis/<group>/<version>`).
+    openapi: RwLock<HashMap<String, openapi::Doc>>,
 }
 
 impl Served {
     /// Every served custom resource version.
     pub fn infos(&self) -> Vec<&'static ResourceInfo> {
         self.infos.read().clone()
+    }
+
+    /// The OpenAPI v3 document of a custom group version (`apis/<group>/<version>`).
+    pub fn openapi(&self, path: &str) -> Option<Bytes> {
+        self.openapi.read().get(path).map(|d| d.bytes.clone())
+    }
+
+    /// Every custom group version's document path and content hash, for the v3 index.
+    pub fn openapi_paths(&self) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = self
+            .openapi
+            .read()
+            .iter()
+            .map(|(p, d)| (p.clone(), d.hash.clone()))
+            .collect();
+        out.sort();
+        out
     }
 
     fn set(&self, mut infos: Vec<&'static ResourceInfo>) {
@@ -200,6 +221,8 @@ struct Installed {
     cache: Arc<WatchCache>,
     /// The storage version's registry (served or not).
     storage: Arc<Registry>,
+    /// The definition as installed (for its OpenAPI documents).
+    crd: Value,
     group: String,
     plural: String,
     versions: Vec<&'static str>,
@@ -374,8 +397,10 @@ impl Controller {
         self.publish(server);
     }
 
-    /// Tell discovery what is served now.
+    /// Tell discovery and OpenAPI what is served now.
     fn publish(&self, server: &Arc<ApiServer>) {
+        let crds: Vec<&Value> = self.installed.values().map(|i| &i.crd).collect();
+        *server.custom.openapi.write() = openapi::documents(&crds);
         server.custom.set(
             self.installed
                 .values()
@@ -603,6 +628,7 @@ fn build(server: &Arc<ApiServer>, crd: &Value) -> Result<Installed, String> {
         fingerprint: String::new(),
         cache,
         storage,
+        crd: crd.clone(),
         group: group.to_string(),
         plural,
         versions: infos.iter().map(|i| i.version).collect(),
