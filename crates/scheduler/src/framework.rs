@@ -366,6 +366,20 @@ pub trait PreScorePlugin {
 
 pub trait ScorePlugin {
     fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status>;
+    /// Score each of `nodes` into `scores` (same order, `node` already set). The default asks
+    /// `score` node by node; plugins override it to read their cycle state once per pod.
+    fn score_nodes(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        nodes: &[&NodeInfo],
+        scores: &mut [NodeScore],
+    ) -> Result<(), Status> {
+        for (s, n) in scores.iter_mut().zip(nodes) {
+            s.score = self.score(state, pod, n)?;
+        }
+        Ok(())
+    }
     /// Whether `normalize` is implemented.
     fn has_normalize(&self) -> bool {
         false
@@ -404,6 +418,23 @@ impl NodeStatuses {
             .find(|(i, _)| *i == node)
             .map(|(_, s)| s)
             .or(self.absent.as_ref())
+    }
+}
+
+/// The Filter plugins one pod's cycle runs (those its PreFilter did not skip) with their names,
+/// found once per cycle rather than once per node.
+pub struct ActiveFilters<'a>(Vec<(&'static str, &'a dyn FilterPlugin)>);
+
+impl ActiveFilters<'_> {
+    /// `Framework::run_filter` with these plugins: stops at the first rejection.
+    pub fn run(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        for &(name, p) in &self.0 {
+            let s = p.filter(state, pod, node);
+            if !s.is_success() {
+                return s.with_plugin(name);
+            }
+        }
+        Status::success()
     }
 }
 
@@ -577,6 +608,18 @@ impl Framework {
         Status::success()
     }
 
+    /// The Filter plugins `state`'s cycle runs, for `ActiveFilters::run` on many nodes.
+    pub fn active_filters(&self, state: &CycleState) -> ActiveFilters<'_> {
+        ActiveFilters(
+            self.filter
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i >= 64 || state.skip_filter & (1 << i) == 0)
+                .filter_map(|(_, e)| Some((e.plugin.name(), e.plugin.as_filter()?)))
+                .collect(),
+        )
+    }
+
     /// Run Filter plugins on one node; stops at the first rejection.
     pub fn run_filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         for (i, e) in self.filter.iter().enumerate() {
@@ -693,15 +736,9 @@ impl Framework {
                 continue;
             };
             scores.clear();
-            for (n, &idx) in nodes.iter().zip(node_index) {
-                let s = p
-                    .score(state, pod, n)
-                    .map_err(|s| s.with_plugin(e.plugin.name()))?;
-                scores.push(NodeScore {
-                    node: idx,
-                    score: s,
-                });
-            }
+            scores.extend(node_index.iter().map(|&node| NodeScore { node, score: 0 }));
+            p.score_nodes(state, pod, nodes, &mut scores)
+                .map_err(|s| s.with_plugin(e.plugin.name()))?;
             if p.has_normalize() {
                 let s = p.normalize(state, pod, &mut scores);
                 if !s.is_success() {

@@ -260,20 +260,31 @@ fn find_nodes_that_fit(
     } else {
         cursor.next_start % n.max(1)
     };
+    let filters = fw.active_filters(state);
+    let nominations = snapshot.has_nominations();
     let mut feasible = Vec::with_capacity(want.min(n));
     let mut processed = 0;
     for k in 0..n {
         if feasible.len() >= want {
             break;
         }
-        let pos = (start + k) % n;
+        // `(start + k) % n` without a division: `start < n`.
+        let pos = if start + k < n {
+            start + k
+        } else {
+            start + k - n
+        };
         let idx = match &candidates {
             Some(c) => c[pos],
             None => pos,
         };
         processed += 1;
         let node = &snapshot.nodes()[idx];
-        let s = fw.run_filter_with_nominated(state, pod, node, snapshot);
+        let s = if nominations {
+            fw.run_filter_with_nominated(state, pod, node, snapshot)
+        } else {
+            filters.run(state, pod, node)
+        };
         if s.is_success() {
             feasible.push(idx);
         } else if s.is_rejected() {

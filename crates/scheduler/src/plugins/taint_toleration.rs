@@ -174,6 +174,23 @@ impl ScorePlugin for TaintToleration {
             .count();
         Ok(n as i64)
     }
+    fn score_nodes(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        nodes: &[&NodeInfo],
+        scores: &mut [NodeScore],
+    ) -> Result<(), Status> {
+        // Most nodes have no PreferNoSchedule taint: no call per node for them.
+        for (s, n) in scores.iter_mut().zip(nodes) {
+            s.score = if n.has_prefer_no_schedule_taints {
+                self.score(state, pod, n)?
+            } else {
+                0
+            };
+        }
+        Ok(())
+    }
     fn has_normalize(&self) -> bool {
         true
     }

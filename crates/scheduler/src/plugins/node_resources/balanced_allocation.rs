@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{aggregate, default_resource_list, AllocationScorer, ResourceSpec, Strategy};
-use crate::framework::{CycleState, Plugin, PreScorePlugin, ScorePlugin, Status};
+use crate::framework::{CycleState, NodeScore, Plugin, PreScorePlugin, ScorePlugin, Status};
 use crate::plugins::parse_args;
 use crate::snapshot::Snapshot;
 use crate::types::{NodeInfo, PodInfo};
@@ -103,6 +103,20 @@ impl ScorePlugin for NodeResourcesBalancedAllocation {
         match state.read::<PreScoreState>(NAME) {
             Some(s) => self.scorer.score(node, &s.0),
             None => self.scorer.score(node, &self.scorer.pod_requests(pod)),
+        }
+    }
+    fn score_nodes(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        nodes: &[&NodeInfo],
+        scores: &mut [NodeScore],
+    ) -> Result<(), Status> {
+        match state.read::<PreScoreState>(NAME) {
+            Some(s) => self.scorer.score_nodes(nodes, &s.0, scores),
+            None => self
+                .scorer
+                .score_nodes(nodes, &self.scorer.pod_requests(pod), scores),
         }
     }
 }

@@ -17,8 +17,8 @@ use super::{
     ResourceSpec, Strategy, MAX_CUSTOM_PRIORITY_SCORE,
 };
 use crate::framework::{
-    ClusterEvent, Code, CycleState, FilterPlugin, Plugin, PreFilterPlugin, PreFilterResult,
-    PreScorePlugin, ScorePlugin, Status, MAX_NODE_SCORE,
+    ClusterEvent, Code, CycleState, FilterPlugin, NodeScore, Plugin, PreFilterPlugin,
+    PreFilterResult, PreScorePlugin, ScorePlugin, Status, MAX_NODE_SCORE,
 };
 use crate::plugins::parse_args;
 use crate::snapshot::Snapshot;
@@ -312,36 +312,66 @@ impl FilterPlugin for NodeResourcesFit {
                 "error reading \"PreFilterNodeResourcesFit\" from cycleState: not found",
             );
         };
-        let mut reasons: Vec<Cow<'static, str>> = Vec::new();
-        let pods = i64::try_from(node.pods.len()).unwrap_or(i64::MAX);
-        if pods.saturating_add(1) > node.allocatable.allowed_pod_number {
-            reasons.push(Cow::Borrowed("Too many pods"));
+        let short = shortages(s, node);
+        // The common case (the pod fits) is decided without building a list of reasons.
+        if short == 0 && s.scalar.is_empty() {
+            return Status::success();
         }
-        if !s.empty {
-            let (a, r) = (&node.allocatable, &node.requested);
-            if s.milli_cpu > 0 && s.milli_cpu > a.milli_cpu.saturating_sub(r.milli_cpu) {
-                reasons.push(Cow::Borrowed("Insufficient cpu"));
-            }
-            if s.memory > 0 && s.memory > a.memory.saturating_sub(r.memory) {
-                reasons.push(Cow::Borrowed("Insufficient memory"));
-            }
-            if s.ephemeral_storage > 0
-                && s.ephemeral_storage > a.ephemeral_storage.saturating_sub(r.ephemeral_storage)
-            {
-                reasons.push(Cow::Borrowed("Insufficient ephemeral-storage"));
-            }
-            for (name, q) in &s.scalar {
-                if *q > a.get(name).saturating_sub(r.get(name)) {
-                    reasons.push(Cow::Owned(format!("Insufficient {name}")));
-                }
+        insufficient(s, node, short)
+    }
+}
+
+/// The reasons `shortages` reports, by bit.
+const SHORTAGES: [&str; 4] = [
+    "Too many pods",
+    "Insufficient cpu",
+    "Insufficient memory",
+    "Insufficient ephemeral-storage",
+];
+
+/// Bit i set: the node lacks room for `SHORTAGES[i]` (extended resources are not checked).
+#[inline(always)]
+fn shortages(s: &PreFilterState, node: &NodeInfo) -> u8 {
+    let pods = i64::try_from(node.pods.len()).unwrap_or(i64::MAX);
+    let mut short = u8::from(pods.saturating_add(1) > node.allocatable.allowed_pod_number);
+    if !s.empty {
+        let (a, r) = (&node.allocatable, &node.requested);
+        let lacks =
+            |want: i64, alloc: i64, used: i64| want > 0 && want > alloc.saturating_sub(used);
+        short |= u8::from(lacks(s.milli_cpu, a.milli_cpu, r.milli_cpu)) << 1;
+        short |= u8::from(lacks(s.memory, a.memory, r.memory)) << 2;
+        short |= u8::from(lacks(
+            s.ephemeral_storage,
+            a.ephemeral_storage,
+            r.ephemeral_storage,
+        )) << 3;
+    }
+    short
+}
+
+/// Filter's verdict with every shortage listed: those of `short`, then extended resources.
+#[cold]
+#[inline(never)]
+fn insufficient(s: &PreFilterState, node: &NodeInfo, short: u8) -> Status {
+    let mut reasons: Vec<Cow<'static, str>> = SHORTAGES
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| short & (1 << i) != 0)
+        .map(|(_, r)| Cow::Borrowed(*r))
+        .collect();
+    if !s.empty {
+        let (a, r) = (&node.allocatable, &node.requested);
+        for (name, q) in &s.scalar {
+            if *q > a.get(name).saturating_sub(r.get(name)) {
+                reasons.push(Cow::Owned(format!("Insufficient {name}")));
             }
         }
-        if reasons.is_empty() {
-            Status::success()
-        } else {
-            // Kubernetes v1.32 reports every shortage as Unschedulable: preemption may help.
-            Status::with_reasons(Code::Unschedulable, reasons)
-        }
+    }
+    if reasons.is_empty() {
+        Status::success()
+    } else {
+        // Kubernetes v1.32 reports every shortage as Unschedulable: preemption may help.
+        Status::with_reasons(Code::Unschedulable, reasons)
     }
 }
 
@@ -363,6 +393,20 @@ impl ScorePlugin for NodeResourcesFit {
         match state.read::<PreScoreState>(PRE_SCORE_KEY) {
             Some(s) => self.scorer.score(node, &s.0),
             None => self.scorer.score(node, &self.scorer.pod_requests(pod)),
+        }
+    }
+    fn score_nodes(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        nodes: &[&NodeInfo],
+        scores: &mut [NodeScore],
+    ) -> Result<(), Status> {
+        match state.read::<PreScoreState>(PRE_SCORE_KEY) {
+            Some(s) => self.scorer.score_nodes(nodes, &s.0, scores),
+            None => self
+                .scorer
+                .score_nodes(nodes, &self.scorer.pod_requests(pod), scores),
         }
     }
 }
@@ -1304,6 +1348,42 @@ mod tests {
                 vec![5, 5],
             ),
         ]);
+    }
+
+    #[test]
+    fn cpu_then_memory_scores_as_the_general_resource_list_does() {
+        // `[cpu, memory]` takes the scorer's fast path; `[memory, cpu]` the general one.
+        let nodes = || {
+            vec![
+                (
+                    cap("node1", &cpu_mem("4000", "10000")),
+                    vec![req_pod("a", &[&cpu_mem("2000", "4000")])],
+                ),
+                (
+                    cap("node2", &cpu_mem("6000", "10000")),
+                    vec![req_pod("b", &[&cpu_mem("1000", "7000")])],
+                ),
+                (cap("node3", &cpu_mem("0", "10000")), vec![]),
+                (
+                    cap("node4", &cpu_mem("1000", "3000")),
+                    vec![req_pod("c", &[&cpu_mem("900", "2500")])],
+                ),
+            ]
+        };
+        let pod = || req_pod("p", &[&cpu_mem("500", "1000")]);
+        let shape = json!([{"utilization": 0, "score": 2}, {"utilization": 60, "score": 9}]);
+        let ordered = json!([{"name": "cpu", "weight": 3}, {"name": "memory", "weight": 2}]);
+        let reversed = json!([{"name": "memory", "weight": 2}, {"name": "cpu", "weight": 3}]);
+        let cases = [
+            (least(ordered.clone()), least(reversed.clone())),
+            (most(ordered.clone()), most(reversed.clone())),
+            (ratio(ordered, shape.clone()), ratio(reversed, shape)),
+        ];
+        for (a, b) in cases {
+            let want = scores(b, pod(), nodes(), true);
+            assert_eq!(scores(a, pod(), nodes(), true), want);
+            assert!(want.iter().any(|s| *s != want[0]), "{want:?}");
+        }
     }
 
     #[test]

@@ -4,7 +4,7 @@
 pub mod balanced_allocation;
 pub mod fit;
 
-use crate::framework::{Status, MAX_NODE_SCORE};
+use crate::framework::{NodeScore, Status, MAX_NODE_SCORE};
 use crate::types::{is_scalar_resource, NodeInfo, PodInfo};
 use capstan_api::field::FieldError;
 use serde::Deserialize;
@@ -210,120 +210,191 @@ impl AllocationScorer {
             .collect()
     }
 
-    /// `(allocatable, requested)` of resource `i` on `node`.
+    /// `(allocatable, requested, weight)` of each resource on `node`, in order.
     #[inline(always)]
-    fn pair(&self, i: usize, node: &NodeInfo, pod_requests: &[i64]) -> (i64, i64) {
-        let req = pod_requests.get(i).copied().unwrap_or(0);
-        self.resources[i].allocatable_requested(node, req, self.use_requested)
-    }
-
-    fn score(&self, node: &NodeInfo, pod_requests: &[i64]) -> Result<i64, Status> {
-        if self.resources.is_empty() {
-            return Err(Status::error("resources not found"));
-        }
-        Ok(match &self.strategy {
-            Strategy::LeastAllocated => self.weighted_average(node, pod_requests, least_requested),
-            Strategy::MostAllocated => self.weighted_average(node, pod_requests, most_requested),
-            Strategy::RequestedToCapacityRatio(shape) => {
-                self.requested_to_capacity_ratio(node, pod_requests, shape)
-            }
-            Strategy::Balanced => self.balanced(node, pod_requests),
+    fn triples<'a>(
+        &'a self,
+        node: &'a NodeInfo,
+        pod_requests: &'a [i64],
+    ) -> impl Iterator<Item = (i64, i64, i64)> + Clone + 'a {
+        self.resources.iter().enumerate().map(move |(i, r)| {
+            let req = pod_requests.get(i).copied().unwrap_or(0);
+            let (alloc, requested) = r.allocatable_requested(node, req, self.use_requested);
+            (alloc, requested, r.weight)
         })
     }
 
-    /// Σ(score·weight)/Σweight over the resources the node has, rounded down.
-    fn weighted_average(
-        &self,
-        node: &NodeInfo,
-        pod_requests: &[i64],
-        f: fn(i64, i64) -> i64,
-    ) -> i64 {
-        let (mut total, mut weights) = (0i64, 0i64);
-        for (i, r) in self.resources.iter().enumerate() {
-            let (alloc, req) = self.pair(i, node, pod_requests);
-            if alloc == 0 {
-                continue;
-            }
-            total = total.saturating_add(f(req, alloc).saturating_mul(r.weight));
-            weights = weights.saturating_add(r.weight);
-        }
-        // Division by a constant is much cheaper; the default weights sum to 2.
-        match weights {
-            0 => 0,
-            1 => total,
-            2 => total / 2,
-            w => total / w,
-        }
+    fn score(&self, node: &NodeInfo, pod_requests: &[i64]) -> Result<i64, Status> {
+        let mut score = [NodeScore { node: 0, score: 0 }];
+        self.score_nodes(&[node], pod_requests, &mut score)?;
+        Ok(score[0].score)
     }
 
-    fn requested_to_capacity_ratio(
+    /// `score` of each of `nodes` into `scores` (same order). The strategy is chosen once, and
+    /// the default resources (CPU, then memory) are read without going through the list.
+    fn score_nodes(
         &self,
-        node: &NodeInfo,
+        nodes: &[&NodeInfo],
         pod_requests: &[i64],
-        shape: &[(i64, i64)],
-    ) -> i64 {
-        let (mut total, mut weights) = (0i64, 0i64);
-        for (i, r) in self.resources.iter().enumerate() {
-            let (alloc, req) = self.pair(i, node, pod_requests);
-            if alloc == 0 {
-                continue;
-            }
-            let utilization = if req > alloc {
-                MAX_UTILIZATION
-            } else {
-                scale(req, MAX_UTILIZATION, alloc)
-            };
-            let s = broken_linear(shape, utilization);
-            if s > 0 {
-                total = total.saturating_add(s.saturating_mul(r.weight));
-                weights = weights.saturating_add(r.weight);
-            }
+        scores: &mut [NodeScore],
+    ) -> Result<(), Status> {
+        if self.resources.is_empty() {
+            return Err(Status::error("resources not found"));
         }
-        if weights == 0 {
-            0
-        } else {
-            (total as f64 / weights as f64).round() as i64
+        match self.resources.as_slice() {
+            [ScoredResource {
+                kind: Kind::Cpu,
+                weight: cpu_weight,
+                ..
+            }, ScoredResource {
+                kind: Kind::Memory,
+                weight: memory_weight,
+                ..
+            }] => {
+                let cpu = pod_requests.first().copied().unwrap_or(0);
+                let memory = pod_requests.get(1).copied().unwrap_or(0);
+                let use_requested = self.use_requested;
+                self.score_with(nodes, scores, |n| {
+                    let (cpu_used, memory_used) = if use_requested {
+                        (n.requested.milli_cpu, n.requested.memory)
+                    } else {
+                        (n.non_zero_cpu, n.non_zero_memory)
+                    };
+                    [
+                        (
+                            n.allocatable.milli_cpu,
+                            cpu_used.saturating_add(cpu),
+                            *cpu_weight,
+                        ),
+                        (
+                            n.allocatable.memory,
+                            memory_used.saturating_add(memory),
+                            *memory_weight,
+                        ),
+                    ]
+                    .into_iter()
+                })
+            }
+            _ => self.score_with(nodes, scores, |n| self.triples(n, pod_requests)),
         }
+        Ok(())
     }
 
-    /// (1 − standard deviation of the requested fractions) · MAX_NODE_SCORE.
-    fn balanced(&self, node: &NodeInfo, pod_requests: &[i64]) -> i64 {
-        let fraction = |i: usize| -> Option<f64> {
-            let (alloc, req) = self.pair(i, node, pod_requests);
-            (alloc != 0).then(|| (req as f64 / alloc as f64).min(1.0))
-        };
-        let (mut n, mut total) = (0usize, 0f64);
-        let (mut first, mut second) = (0f64, 0f64);
-        for i in 0..self.resources.len() {
-            if let Some(f) = fraction(i) {
-                match n {
-                    0 => first = f,
-                    1 => second = f,
-                    _ => {}
-                }
-                n += 1;
-                total += f;
+    /// Score each node by the strategy from its `(allocatable, requested, weight)` triples.
+    #[inline(always)]
+    fn score_with<'n, I>(
+        &self,
+        nodes: &[&'n NodeInfo],
+        scores: &mut [NodeScore],
+        triples: impl Fn(&'n NodeInfo) -> I,
+    ) where
+        I: Iterator<Item = (i64, i64, i64)> + Clone,
+    {
+        fn each<'n>(
+            nodes: &[&'n NodeInfo],
+            scores: &mut [NodeScore],
+            f: impl Fn(&'n NodeInfo) -> i64,
+        ) {
+            for (s, n) in scores.iter_mut().zip(nodes) {
+                s.score = f(n);
             }
         }
-        let std = match n {
-            2 => ((first - second) / 2.0).abs(),
-            n if n > 2 => {
-                let mean = total / n as f64;
-                let mut sum = 0f64;
-                for i in 0..self.resources.len() {
-                    if let Some(f) = fraction(i) {
-                        sum += (f - mean) * (f - mean);
-                    }
-                }
-                (sum / n as f64).sqrt()
-            }
-            _ => 0.0,
-        };
-        ((1.0 - std) * MAX_NODE_SCORE as f64) as i64
+        match &self.strategy {
+            Strategy::LeastAllocated => each(nodes, scores, |n| {
+                weighted_average(triples(n), least_requested)
+            }),
+            Strategy::MostAllocated => each(nodes, scores, |n| {
+                weighted_average(triples(n), most_requested)
+            }),
+            Strategy::RequestedToCapacityRatio(shape) => each(nodes, scores, |n| {
+                requested_to_capacity_ratio(triples(n), shape)
+            }),
+            Strategy::Balanced => each(nodes, scores, |n| balanced(triples(n))),
+        }
     }
 }
 
+/// Σ(score·weight)/Σweight over the resources the node has, rounded down.
+#[inline(always)]
+fn weighted_average(
+    triples: impl Iterator<Item = (i64, i64, i64)>,
+    f: impl Fn(i64, i64) -> i64,
+) -> i64 {
+    let (mut total, mut weights) = (0i64, 0i64);
+    for (alloc, req, weight) in triples {
+        if alloc == 0 {
+            continue;
+        }
+        total = total.saturating_add(f(req, alloc).saturating_mul(weight));
+        weights = weights.saturating_add(weight);
+    }
+    // Division by a constant is much cheaper; the default weights sum to 2.
+    match weights {
+        0 => 0,
+        1 => total,
+        2 => total / 2,
+        w => total / w,
+    }
+}
+
+fn requested_to_capacity_ratio(
+    triples: impl Iterator<Item = (i64, i64, i64)>,
+    shape: &[(i64, i64)],
+) -> i64 {
+    let (mut total, mut weights) = (0i64, 0i64);
+    for (alloc, req, weight) in triples {
+        if alloc == 0 {
+            continue;
+        }
+        let utilization = if req > alloc {
+            MAX_UTILIZATION
+        } else {
+            scale(req, MAX_UTILIZATION, alloc)
+        };
+        let s = broken_linear(shape, utilization);
+        if s > 0 {
+            total = total.saturating_add(s.saturating_mul(weight));
+            weights = weights.saturating_add(weight);
+        }
+    }
+    if weights == 0 {
+        0
+    } else {
+        (total as f64 / weights as f64).round() as i64
+    }
+}
+
+/// (1 − standard deviation of the requested fractions) · MAX_NODE_SCORE.
+#[inline(always)]
+fn balanced(triples: impl Iterator<Item = (i64, i64, i64)> + Clone) -> i64 {
+    let fractions = triples
+        .filter(|&(alloc, _, _)| alloc != 0)
+        .map(|(alloc, req, _)| (req as f64 / alloc as f64).min(1.0));
+    let (mut n, mut total) = (0usize, 0f64);
+    let (mut first, mut second) = (0f64, 0f64);
+    for f in fractions.clone() {
+        match n {
+            0 => first = f,
+            1 => second = f,
+            _ => {}
+        }
+        n += 1;
+        total += f;
+    }
+    let std = match n {
+        2 => ((first - second) / 2.0).abs(),
+        n if n > 2 => {
+            let mean = total / n as f64;
+            let sum = fractions.fold(0f64, |sum, f| sum + (f - mean) * (f - mean));
+            (sum / n as f64).sqrt()
+        }
+        _ => 0.0,
+    };
+    ((1.0 - std) * MAX_NODE_SCORE as f64) as i64
+}
+
 /// The share of the resource left free, 0..=MAX_NODE_SCORE.
+#[inline(always)]
 fn least_requested(requested: i64, capacity: i64) -> i64 {
     if capacity == 0 || requested > capacity {
         return 0;
