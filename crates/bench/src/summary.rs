@@ -108,9 +108,9 @@ pub fn row(label: Option<&str>, v: Value) -> Result<Row> {
             "store",
             text("backend"),
             format!(
-                "{}, {} clients",
+                "{}, {}",
                 text("workload").unwrap_or_default(),
-                num("writers").unwrap_or(0.0)
+                clients_text(num("writers").unwrap_or(0.0))
             ),
             num("writes_per_s").or(num("ops_per_s")),
         )
@@ -138,6 +138,14 @@ pub fn row(label: Option<&str>, v: Value) -> Result<Row> {
         rss_mb,
         raw: v,
     })
+}
+
+fn clients_text(n: f64) -> String {
+    if n == 1.0 {
+        "1 client".to_string()
+    } else {
+        format!("{n} clients")
+    }
 }
 
 /// Write report.json, report.md and the charts into `dir`; returns the files written.
@@ -212,10 +220,20 @@ pub fn write(dir: &Path, title: &str, rows: &[Row]) -> Result<Vec<PathBuf>> {
     Ok(written)
 }
 
-/// A Markdown table of `rows`: one line per workload and system.
+/// A Markdown table of `rows`: one line per workload and system, the systems of a workload
+/// next to each other.
 pub fn table(rows: &[&Row]) -> String {
     let cell = |v: Option<f64>| v.map_or("".to_string(), |v| short_number(v).to_lowercase());
-    let ms = |v: Option<f64>| v.map_or("".to_string(), |v| format!("{v:.2}"));
+    let ms = |v: Option<f64>| {
+        v.map_or("".to_string(), |v| match v {
+            v if v >= 1.0 || v == 0.0 => format!("{v:.2}"),
+            v if v >= 0.01 => format!("{v:.3}"),
+            v => format!("{v:.4}"),
+        })
+    };
+    let workloads = ordered(rows.iter().map(|r| r.workload.clone()));
+    let mut rows = rows.to_vec();
+    rows.sort_by_key(|r| workloads.iter().position(|w| *w == r.workload));
     let mut out = String::from("| workload | system | ops/s | p50 ms | p99 ms | RSS MB |\n");
     out.push_str("|---|---|---:|---:|---:|---:|\n");
     for r in rows {
