@@ -16,6 +16,8 @@ use kube::Client;
 
 mod credentials;
 pub mod expectations;
+mod intern;
+mod podcache;
 pub mod util;
 
 pub mod certificates;
@@ -194,27 +196,6 @@ impl Ctx {
     }
 }
 
-/// Pods are the most numerous objects the controllers cache: keep only what a controller
-/// reads (the template-derived bulk of a container, such as env and volume mounts, is dropped).
-fn trim_pod(pod: &mut Pod) {
-    if let Some(spec) = pod.spec.as_mut() {
-        for c in spec
-            .containers
-            .iter_mut()
-            .chain(spec.init_containers.iter_mut().flatten())
-        {
-            c.env = None;
-            c.env_from = None;
-            c.command = None;
-            c.args = None;
-            c.volume_mounts = None;
-            c.liveness_probe = None;
-            c.startup_probe = None;
-            c.lifecycle = None;
-        }
-    }
-}
-
 /// Run the enabled controllers until leadership is lost (an error) or forever. `config` is the
 /// manager's own connection (its informers use it; with `use_service_account_credentials` each
 /// controller writes with a token of its service account in kube-system).
@@ -240,7 +221,8 @@ pub async fn run(config: kube::Config, opts: Options) -> anyhow::Result<()> {
         lost = Some(le.acquire(client.clone()).await);
     }
     let informers = Informers::new(client.clone());
-    informers.set_transform::<Pod>(trim_pod);
+    informers.set_transform::<Pod>(podcache::trim_pod);
+    informers.set_packing::<Pod>(podcache::pack);
     let opts = Arc::new(opts);
     for (name, account, start) in CONTROLLERS {
         if !opts.enabled(name) {

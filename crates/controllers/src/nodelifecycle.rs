@@ -245,50 +245,38 @@ fn eviction_node_key(c: &Change<'_, Node>) -> Option<String> {
 /// Pods by the node they are bound to (client-go's `spec.nodeName` index).
 #[derive(Default)]
 struct PodsByNode {
-    inner: Mutex<PodsByNodeInner>,
-}
-
-#[derive(Default)]
-struct PodsByNodeInner {
-    by_node: HashMap<String, HashSet<String>>,
-    node_of: HashMap<String, String>,
+    /// node → `namespace/name` of its pods.
+    by_node: Mutex<HashMap<String, HashSet<String>>>,
 }
 
 impl PodsByNode {
+    /// Move the pod between nodes' sets. The change carries the node the pod was under (the
+    /// informer's old copy), so no pod → node map is kept besides.
     fn observe(&self, c: &Change<'_, Pod>) {
-        let pod = c.object();
-        let key = pod_key(pod);
-        let node = match c {
-            Change::Delete(_) => "",
-            _ => node_name_of(pod),
+        let (old, new) = match c {
+            Change::Add(p) => ("", node_name_of(p)),
+            Change::Update { old, new } => (node_name_of(old), node_name_of(new)),
+            Change::Delete(p) => (node_name_of(p), ""),
         };
-        let mut m = self.inner.lock();
-        let old = m.node_of.get(&key).cloned();
-        if old.as_deref() == Some(node) {
+        if old == new {
             return;
         }
-        if let Some(old) = old {
-            if let Some(set) = m.by_node.get_mut(&old) {
-                set.remove(&key);
-                if set.is_empty() {
-                    m.by_node.remove(&old);
-                }
+        let key = pod_key(c.object());
+        let mut m = self.by_node.lock();
+        if let Some(set) = m.get_mut(old) {
+            set.remove(&key);
+            if set.is_empty() {
+                m.remove(old);
             }
-            m.node_of.remove(&key);
         }
-        if !node.is_empty() {
-            m.by_node
-                .entry(node.to_string())
-                .or_default()
-                .insert(key.clone());
-            m.node_of.insert(key, node.to_string());
+        if !new.is_empty() {
+            m.entry(new.to_string()).or_default().insert(key);
         }
     }
 
     fn keys(&self, node: &str) -> Vec<String> {
-        self.inner
+        self.by_node
             .lock()
-            .by_node
             .get(node)
             .map(|s| s.iter().cloned().collect())
             .unwrap_or_default()

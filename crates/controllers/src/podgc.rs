@@ -124,7 +124,24 @@ struct Disruption {
 
 impl Controller {
     async fn gc(&self) {
-        let pods = self.pods.list();
+        // Only the pods some pass below may act on: the pod cache rebuilds each pod it hands
+        // out, and a large cluster's pods are not held through the deletions.
+        let nodes: HashSet<String> = self
+            .nodes
+            .list()
+            .iter()
+            .filter_map(|n| n.metadata.name.clone())
+            .collect();
+        let mut pods = Vec::new();
+        self.pods.for_each(|p| {
+            let node = node_name(p);
+            if is_terminated(p)
+                || p.metadata.deletion_timestamp.is_some()
+                || (!node.is_empty() && !nodes.contains(node))
+            {
+                pods.push(p.clone());
+            }
+        });
         if self.threshold > 0 {
             self.delete_all(
                 terminated_to_delete(&pods, self.threshold),

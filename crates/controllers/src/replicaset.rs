@@ -509,7 +509,10 @@ impl<K: Owner> Controller<K> {
         let ns = owner.meta().namespace.clone().unwrap_or_default();
         let uid = owner.meta().uid.clone().unwrap_or_default();
         let deleting = owner.meta().deletion_timestamp.is_some();
-        let mut claimed = Vec::new();
+        // The pod cache rebuilds each pod it hands out, so the owned pods (100,000 of them
+        // for a large ReplicaSet) are not held through the sync: only their names and what
+        // the status needs of them; a scale-down reads its candidates again.
+        let mut claimed = Census::default();
         let mut adopt = Vec::new();
         let mut release = Vec::new();
         self.pods.for_each_in(&ns, |p| {
@@ -517,7 +520,7 @@ impl<K: Owner> Controller<K> {
                 return;
             }
             match classify(p, &uid, &selector, deleting) {
-                Claim::Keep => claimed.push(p.clone()),
+                Claim::Keep => claimed.add(owner.as_ref(), p),
                 Claim::Adopt => adopt.push(p.clone()),
                 Claim::Release => release.push(p.clone()),
                 Claim::Ignore => {}
@@ -526,7 +529,7 @@ impl<K: Owner> Controller<K> {
         self.claim(&owner, &mut claimed, adopt, release).await?;
 
         let manage_err = if needs_sync && !deleting {
-            self.manage(&owner, key, &claimed).await.err()
+            self.manage(&owner, key, &ns, &claimed.names).await.err()
         } else {
             None
         };
@@ -558,7 +561,7 @@ impl<K: Owner> Controller<K> {
     async fn claim(
         &self,
         owner: &K,
-        claimed: &mut Vec<Arc<Pod>>,
+        claimed: &mut Census,
         adopt: Vec<Arc<Pod>>,
         release: Vec<Arc<Pod>>,
     ) -> anyhow::Result<()> {
@@ -611,7 +614,7 @@ impl<K: Owner> Controller<K> {
                         .await;
                     for r in adopted {
                         match r {
-                            Ok(Some(p)) => claimed.push(p),
+                            Ok(Some(p)) => claimed.add(owner, &p),
                             Ok(None) => {}
                             Err(e) => errors.push(e),
                         }
@@ -647,10 +650,17 @@ impl<K: Owner> Controller<K> {
         Ok(())
     }
 
-    /// Create or delete pods so `pods` moves toward `spec.replicas`.
-    async fn manage(&self, owner: &Arc<K>, key: &str, pods: &[Arc<Pod>]) -> anyhow::Result<()> {
+    /// Create or delete pods so the owner's pods (`names`, in namespace `ns`) move toward
+    /// `spec.replicas`.
+    async fn manage(
+        &self,
+        owner: &Arc<K>,
+        key: &str,
+        ns: &str,
+        names: &[Box<str>],
+    ) -> anyhow::Result<()> {
         let want = owner.replicas().max(0) as usize;
-        let have = pods.len();
+        let have = names.len();
         if have < want {
             let diff = (want - have).min(BURST_REPLICAS);
             self.tracker.expect_creations(key, diff);
@@ -667,8 +677,9 @@ impl<K: Owner> Controller<K> {
         }
         if have > want {
             let diff = (have - want).min(BURST_REPLICAS);
+            let pods: Vec<Arc<Pod>> = names.iter().filter_map(|n| self.pods.get(ns, n)).collect();
             let related = self.related_pods(owner);
-            let victims = pods_to_delete(pods, &related, diff, Timestamp::now());
+            let victims = pods_to_delete(&pods, &related, diff, Timestamp::now());
             self.tracker
                 .expect_deletions(key, victims.iter().map(|p| pod_key(p)).collect());
             let ns = owner.meta().namespace.as_deref().unwrap_or_default();
@@ -882,42 +893,57 @@ where
 
 /// The status `pods` (the owner's active pods) amount to; a ReplicaFailure condition is
 /// added on a failed create/delete and removed once syncing succeeds again.
-fn calculate_status<K: Owner>(
-    owner: &K,
-    pods: &[Arc<Pod>],
-    manage_err: Option<&anyhow::Error>,
-    now: Timestamp,
-) -> Status {
-    let mut status = owner.status();
-    let template_labels = owner
-        .template()
-        .and_then(|t| t.metadata.as_ref())
-        .and_then(|m| m.labels.as_ref());
-    let min_ready = owner.min_ready_seconds();
-    let (mut fully_labeled, mut ready, mut available) = (0, 0, 0);
-    for p in pods {
+/// What a sync needs of the pods an owner claimed.
+#[derive(Default)]
+struct Census {
+    names: Vec<Box<str>>,
+    fully_labeled: i32,
+    /// Since when each ready pod is ready.
+    ready_since: Vec<Timestamp>,
+}
+
+impl Census {
+    fn add<K: Owner>(&mut self, owner: &K, p: &Pod) {
+        self.names
+            .push(p.metadata.name.as_deref().unwrap_or_default().into());
+        let template_labels = owner
+            .template()
+            .and_then(|t| t.metadata.as_ref())
+            .and_then(|m| m.labels.as_ref());
         let labels = p.metadata.labels.as_ref();
         if template_labels
             .into_iter()
             .flatten()
             .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
         {
-            fully_labeled += 1;
+            self.fully_labeled += 1;
         }
-        if util::is_pod_ready(p) {
-            ready += 1;
-            if util::is_pod_available(p, min_ready, now) {
-                available += 1;
-            }
-        }
+        self.ready_since.extend(util::ready_since(p));
     }
+}
+
+fn calculate_status<K: Owner>(
+    owner: &K,
+    pods: &Census,
+    manage_err: Option<&anyhow::Error>,
+    now: Timestamp,
+) -> Status {
+    let mut status = owner.status();
+    let min_ready = owner.min_ready_seconds();
+    let ready = pods.ready_since.len() as i32;
+    // As `util::is_pod_available` for each ready pod.
+    let available = pods
+        .ready_since
+        .iter()
+        .filter(|t| min_ready <= 0 || now.duration_since(**t).as_secs() >= i64::from(min_ready))
+        .count() as i32;
     let has_failure = status
         .conditions
         .iter()
         .any(|c| c.type_ == "ReplicaFailure");
     match manage_err {
         Some(e) if !has_failure => {
-            let diff = pods.len() as i64 - i64::from(owner.replicas());
+            let diff = pods.names.len() as i64 - i64::from(owner.replicas());
             let reason = match diff.signum() {
                 -1 => "FailedCreate",
                 1 => "FailedDelete",
@@ -934,8 +960,8 @@ fn calculate_status<K: Owner>(
         None if has_failure => status.conditions.retain(|c| c.type_ != "ReplicaFailure"),
         _ => {}
     }
-    status.replicas = pods.len() as i32;
-    status.fully_labeled = fully_labeled;
+    status.replicas = pods.names.len() as i32;
+    status.fully_labeled = pods.fully_labeled;
     status.ready = ready;
     status.available = available;
     status
@@ -1415,7 +1441,7 @@ mod tests {
             p.metadata.labels = Some(labels(&[("app", "web"), ("tier", "front")]));
             Arc::new(p)
         };
-        let pods = vec![
+        let pods = [
             full("a", Some(100)),
             full("b", Some(2)),
             full("c", None),
@@ -1427,7 +1453,12 @@ mod tests {
                 },
             ),
         ];
-        let s = calculate_status(&rs(4, 10), &pods, None, now);
+        let census = |owner: &ReplicaSet| {
+            let mut c = Census::default();
+            pods.iter().for_each(|p| c.add(owner, p));
+            c
+        };
+        let s = calculate_status(&rs(4, 10), &census(&rs(4, 10)), None, now);
         assert_eq!(
             (s.replicas, s.fully_labeled, s.ready, s.available),
             (4, 3, 3, 2)
@@ -1437,7 +1468,7 @@ mod tests {
         // A failed create adds ReplicaFailure/FailedCreate; success removes it again.
         let err = anyhow!("pods \"web-x\" is forbidden: exceeded quota");
         let mut owner = rs(6, 0);
-        let s = calculate_status(&owner, &pods, Some(&err), now);
+        let s = calculate_status(&owner, &census(&owner), Some(&err), now);
         assert_eq!(s.available, 3);
         assert_eq!(s.conditions.len(), 1);
         assert_eq!(s.conditions[0].type_, "ReplicaFailure");
@@ -1449,13 +1480,13 @@ mod tests {
         owner.set_status(&s);
         // An existing failure condition is kept as it is while failures go on...
         let later = now + Duration::from_secs(30);
-        let again = calculate_status(&owner, &pods, Some(&err), later);
+        let again = calculate_status(&owner, &census(&owner), Some(&err), later);
         assert_eq!(again.conditions, s.conditions);
         // ...and dropped once a sync succeeds.
-        let ok = calculate_status(&owner, &pods, None, later);
+        let ok = calculate_status(&owner, &census(&owner), None, later);
         assert!(ok.conditions.is_empty());
         // Deleting too many pods fails as FailedDelete.
-        let s = calculate_status(&rs(1, 0), &pods, Some(&err), now);
+        let s = calculate_status(&rs(1, 0), &census(&rs(1, 0)), Some(&err), now);
         assert_eq!(s.conditions[0].reason.as_deref(), Some("FailedDelete"));
     }
 

@@ -666,9 +666,7 @@ trait Counter: Send + Sync {
 
 impl<K: Resource + Send + Sync + 'static> Counter for Informer<K> {
     fn count_in(&self, namespace: &str) -> usize {
-        let mut n = 0;
-        self.for_each_in(namespace, |_| n += 1);
-        n
+        self.len_in(namespace)
     }
 
     fn synced(&self) -> bool {

@@ -35,18 +35,48 @@ impl<'a, K> Change<'a, K> {
 
 type Handler<K> = Box<dyn Fn(&Change<'_, K>) + Send + Sync>;
 
+/// A compact form of a cached object. An informer of a type cached in great numbers (the
+/// controller manager's pods) can keep this instead of the object and rebuild the object on
+/// every read: reads cost a rebuild, the cache costs a fraction of the objects' size.
+pub trait Packed<K>: Send + Sync {
+    /// The object again. `namespace` and `name` are its cache keys, so need not be kept twice.
+    fn unpack(&self, namespace: &str, name: &str) -> K;
+}
+
+/// Makes the compact form of an object about to be cached.
+pub type Pack<K> = fn(&K) -> Box<dyn Packed<K>>;
+
+/// One cached object, as it came or packed.
+enum Slot<K> {
+    Full(Arc<K>),
+    Packed(Box<dyn Packed<K>>),
+}
+
+impl<K> Slot<K> {
+    fn load(&self, namespace: &str, name: &str) -> Arc<K> {
+        match self {
+            Slot::Full(o) => o.clone(),
+            Slot::Packed(p) => Arc::new(p.unpack(namespace, name)),
+        }
+    }
+}
+
 impl<K: Resource + Send + Sync + 'static> Default for Informer<K> {
     fn default() -> Informer<K> {
         Informer::new()
     }
 }
 
+/// One namespace's cached objects by name.
+type Names<K> = HashMap<Box<str>, Slot<K>>;
+
 /// The cache and handlers of one resource type.
 pub struct Informer<K> {
     /// namespace ("" for cluster-scoped) → name → object.
-    cache: RwLock<HashMap<String, HashMap<String, Arc<K>>>>,
+    cache: RwLock<HashMap<String, Names<K>>>,
     handlers: RwLock<Vec<Handler<K>>>,
     synced: watch::Sender<bool>,
+    pack: Option<Pack<K>>,
 }
 
 impl<K: Resource + Send + Sync + 'static> Informer<K> {
@@ -57,6 +87,16 @@ impl<K: Resource + Send + Sync + 'static> Informer<K> {
             cache: RwLock::new(HashMap::new()),
             handlers: RwLock::new(Vec::new()),
             synced: watch::channel(false).0,
+            pack: None,
+        }
+    }
+
+    /// An informer that caches objects in the compact form `pack` makes (see [`Packed`]).
+    /// Handlers still see whole objects; every read rebuilds one.
+    pub fn packed(pack: Pack<K>) -> Informer<K> {
+        Informer {
+            pack: Some(pack),
+            ..Informer::new()
         }
     }
 
@@ -68,7 +108,13 @@ impl<K: Resource + Send + Sync + 'static> Informer<K> {
 
     /// The cached object `namespace/name` (namespace "" for cluster-scoped objects).
     pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<K>> {
-        self.cache.read().get(namespace)?.get(name).cloned()
+        Some(
+            self.cache
+                .read()
+                .get(namespace)?
+                .get(name)?
+                .load(namespace, name),
+        )
     }
 
     /// The cached object under a queue key (`namespace/name` or `name`).
@@ -82,7 +128,7 @@ impl<K: Resource + Send + Sync + 'static> Informer<K> {
         self.cache
             .read()
             .get(namespace)
-            .map(|m| m.values().cloned().collect())
+            .map(|m| m.iter().map(|(n, o)| o.load(namespace, n)).collect())
             .unwrap_or_default()
     }
 
@@ -90,16 +136,32 @@ impl<K: Resource + Send + Sync + 'static> Informer<K> {
     pub fn list(&self) -> Vec<Arc<K>> {
         self.cache
             .read()
-            .values()
-            .flat_map(|m| m.values().cloned())
+            .iter()
+            .flat_map(|(ns, m)| m.iter().map(move |(n, o)| o.load(ns, n)))
             .collect()
+    }
+
+    /// Visit every cached object without cloning the list.
+    pub fn for_each(&self, mut f: impl FnMut(&Arc<K>)) {
+        for (ns, m) in self.cache.read().iter() {
+            for (n, o) in m {
+                f(&o.load(ns, n));
+            }
+        }
     }
 
     /// Visit every cached object in a namespace without cloning the list.
     pub fn for_each_in(&self, namespace: &str, mut f: impl FnMut(&Arc<K>)) {
         if let Some(m) = self.cache.read().get(namespace) {
-            m.values().for_each(&mut f);
+            for (n, o) in m {
+                f(&o.load(namespace, n));
+            }
         }
+    }
+
+    /// How many objects are cached in one namespace (without reading them).
+    pub fn len_in(&self, namespace: &str) -> usize {
+        self.cache.read().get(namespace).map_or(0, HashMap::len)
     }
 
     /// How many objects are cached.
@@ -132,15 +194,19 @@ impl<K: Resource + Send + Sync + 'static> Informer<K> {
         let ns = obj.meta().namespace.clone().unwrap_or_default();
         let name = obj.meta().name.clone().unwrap_or_default();
         let new = Arc::new(obj);
+        let slot = match self.pack {
+            Some(pack) => Slot::Packed(pack(&new)),
+            None => Slot::Full(new.clone()),
+        };
         let old = self
             .cache
             .write()
-            .entry(ns)
+            .entry(ns.clone())
             .or_default()
-            .insert(name, new.clone());
+            .insert(name.as_str().into(), slot);
         match old {
             Some(old) => self.notify(Change::Update {
-                old: &old,
+                old: &old.load(&ns, &name),
                 new: &new,
             }),
             None => self.notify(Change::Add(&new)),
@@ -157,7 +223,7 @@ impl<K: Resource + Send + Sync + 'static> Informer<K> {
             old
         };
         if let Some(old) = old {
-            self.notify(Change::Delete(&old));
+            self.notify(Change::Delete(&old.load(namespace, name)));
         }
     }
 
@@ -199,8 +265,8 @@ impl<K: Resource + Send + Sync + 'static> Informer<K> {
                                     .map(|v| v.iter().map(String::as_str).collect())
                                     .unwrap_or_default();
                                 for name in m.keys() {
-                                    if !names.contains(name.as_str()) {
-                                        gone.push((ns.clone(), name.clone()));
+                                    if !names.contains(&**name) {
+                                        gone.push((ns.clone(), name.to_string()));
                                     }
                                 }
                             }
@@ -235,6 +301,7 @@ pub struct Informers {
     map: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
     pending: Mutex<Vec<Box<dyn FnOnce() + Send>>>,
     transforms: Mutex<HashMap<TypeId, Box<dyn Any + Send>>>,
+    packs: Mutex<HashMap<TypeId, Box<dyn Any + Send>>>,
     started: AtomicBool,
 }
 
@@ -245,6 +312,7 @@ impl Informers {
             map: Mutex::new(HashMap::new()),
             pending: Mutex::new(Vec::new()),
             transforms: Mutex::new(HashMap::new()),
+            packs: Mutex::new(HashMap::new()),
             started: AtomicBool::new(false),
         })
     }
@@ -260,6 +328,12 @@ impl Informers {
             .insert(TypeId::of::<K>(), Box::new(f));
     }
 
+    /// Cache objects of type `K` in the compact form `f` makes (call before the first `get`;
+    /// see [`Packed`]).
+    pub fn set_packing<K: 'static>(&self, f: Pack<K>) {
+        self.packs.lock().insert(TypeId::of::<K>(), Box::new(f));
+    }
+
     /// The shared informer of `K`, created on first use. It starts with [`Informers::start`]
     /// (or at once, if that has already been called).
     pub fn get<K>(&self) -> Arc<Informer<K>>
@@ -270,7 +344,15 @@ impl Informers {
         if let Some(i) = map.get(&TypeId::of::<K>()) {
             return i.clone().downcast::<Informer<K>>().expect("informer type");
         }
-        let informer = Arc::new(Informer::<K>::new());
+        let pack = self
+            .packs
+            .lock()
+            .get(&TypeId::of::<K>())
+            .and_then(|p| p.downcast_ref::<Pack<K>>().copied());
+        let informer = Arc::new(match pack {
+            Some(pack) => Informer::<K>::packed(pack),
+            None => Informer::<K>::new(),
+        });
         map.insert(TypeId::of::<K>(), informer.clone());
         drop(map);
         let transform = self
@@ -298,5 +380,79 @@ impl Informers {
         for f in self.pending.lock().drain(..) {
             f();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::ObjectMeta;
+
+    /// Keeps a ConfigMap's data alone (its name and namespace come back from the keys).
+    struct DataOnly(Option<std::collections::BTreeMap<String, String>>);
+
+    impl Packed<ConfigMap> for DataOnly {
+        fn unpack(&self, namespace: &str, name: &str) -> ConfigMap {
+            ConfigMap {
+                metadata: ObjectMeta {
+                    name: Some(name.into()),
+                    namespace: Some(namespace.into()),
+                    ..Default::default()
+                },
+                data: self.0.clone(),
+                ..Default::default()
+            }
+        }
+    }
+
+    fn cm(name: &str, v: &str) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                ..Default::default()
+            },
+            data: Some([("k".to_string(), v.to_string())].into()),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_packed_informer_reads_back_what_it_packed() {
+        let inf = Arc::new(Informer::<ConfigMap>::packed(|c| {
+            Box::new(DataOnly(c.data.clone()))
+        }));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s = seen.clone();
+        inf.on_change(move |c| {
+            let v = |o: &ConfigMap| o.data.as_ref().unwrap()["k"].clone();
+            s.lock().push(match c {
+                Change::Add(o) => format!("add {}", v(o)),
+                Change::Update { old, new } => format!("update {} -> {}", v(old), v(new)),
+                Change::Delete(o) => format!("delete {}", v(o)),
+            });
+        });
+        let events = vec![
+            Ok(Event::Init),
+            Ok(Event::InitApply(cm("a", "1"))),
+            Ok(Event::InitDone),
+            Ok(Event::Apply(cm("a", "2"))),
+            Ok(Event::Apply(cm("b", "3"))),
+            Ok(Event::Delete(cm("b", "3"))),
+        ];
+        inf.clone().run(futures::stream::iter(events), None).await;
+        assert_eq!(
+            *seen.lock(),
+            ["add 1", "update 1 -> 2", "add 3", "delete 3"]
+        );
+        let a = inf.get("ns", "a").unwrap();
+        assert_eq!(a.metadata.name.as_deref(), Some("a"));
+        assert_eq!(a.data.as_ref().unwrap()["k"], "2");
+        assert_eq!(inf.list_namespace("ns").len(), 1);
+        let mut n = 0;
+        inf.for_each(|_| n += 1);
+        assert_eq!(n, 1);
+        assert_eq!((inf.len_in("ns"), inf.len_in("other")), (1, 0));
     }
 }

@@ -8,8 +8,11 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
+use std::sync::{Arc, LazyLock};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+
+use crate::intern::Interner;
 
 pub const FOREGROUND: &str = "foregroundDeletion";
 pub const ORPHAN: &str = "orphan";
@@ -63,13 +66,24 @@ pub fn normalize_api_version(api_version: &str) -> String {
     }
 }
 
+/// Owner references, one copy shared by every object with the same ones (the pods of a
+/// ReplicaSet), since the graph and the monitors hold them for every object.
+pub type Owners = Arc<Vec<OwnerReference>>;
+
+static OWNERS: LazyLock<Interner<Vec<OwnerReference>>> = LazyLock::new(Interner::new);
+
+/// The shared copy of `refs`.
+pub fn owners(refs: Vec<OwnerReference>) -> Owners {
+    OWNERS.intern(refs)
+}
+
 /// The metadata the collector keeps of an object.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Meta {
     pub uid: String,
     pub name: String,
     pub namespace: String,
-    pub owners: Vec<OwnerReference>,
+    pub owners: Owners,
     pub finalizers: Vec<String>,
     /// `deletionTimestamp` is set.
     pub deleting: bool,
@@ -82,7 +96,7 @@ impl Meta {
             uid: m.uid.clone().unwrap_or_default(),
             name: m.name.clone().unwrap_or_default(),
             namespace: m.namespace.clone().unwrap_or_default(),
-            owners: m.owner_references.clone().unwrap_or_default(),
+            owners: owners(m.owner_references.clone().unwrap_or_default()),
             finalizers: m.finalizers.clone().unwrap_or_default(),
             deleting: m.deletion_timestamp.is_some(),
             resource_version: m.resource_version.clone().unwrap_or_default(),
@@ -158,7 +172,7 @@ pub struct Node {
     pub identity: ObjRef,
     /// The uids of the objects that name this one as an owner.
     pub dependents: HashSet<String>,
-    pub owners: Vec<OwnerReference>,
+    pub owners: Owners,
     /// Being deleted (a one-way trip).
     pub being_deleted: bool,
     /// Being deleted with the `foregroundDeletion` finalizer: waiting for its dependents.
@@ -386,7 +400,7 @@ impl Graph {
                         let mut deps: Vec<String> = node.dependents.into_iter().collect();
                         deps.sort();
                         out.attempt_to_delete.extend(deps);
-                        for owner in &node.owners {
+                        for owner in node.owners.iter() {
                             if self
                                 .nodes
                                 .get(&owner.uid)
@@ -664,7 +678,7 @@ mod tests {
             uid: uid.into(),
             name: name.into(),
             namespace: ns.into(),
-            owners,
+            owners: owners.into(),
             ..Default::default()
         }
     }

@@ -802,7 +802,7 @@ mod tests {
         );
         let live = Meta {
             resource_version: "7".into(),
-            owners: vec![oref("a", None), oref("b", Some(true))],
+            owners: vec![oref("a", None), oref("b", Some(true))].into(),
             ..Default::default()
         };
         let p = delete_owner_refs_jmp(&live, &["a".into()]);

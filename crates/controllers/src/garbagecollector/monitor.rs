@@ -14,7 +14,8 @@ use kube::runtime::watcher::{self, Event as WatchEvent};
 use kube::{Api, Client};
 use tokio::sync::mpsc;
 
-use super::graph::{Event, EventType, Meta};
+use super::graph::{Event, EventType, Meta, Owners};
+use crate::intern::Token;
 
 /// A running monitor.
 pub struct Monitor {
@@ -45,6 +46,65 @@ impl Drop for Monitor {
     }
 }
 
+/// What a monitor remembers of an object, under its namespace and name: what the graph needs
+/// to tell a real change from a resync, and to report a delete or an update's old state.
+/// Kept small because there is one per object in the cluster (100,000 pods).
+struct Seen {
+    uid: Token,
+    owners: Owners,
+    finalizers: Box<[String]>,
+    deleting: bool,
+}
+
+impl Seen {
+    fn new(m: &Meta) -> Seen {
+        Seen {
+            uid: Token::new(&m.uid),
+            owners: m.owners.clone(),
+            finalizers: m.finalizers.clone().into(),
+            deleting: m.deleting,
+        }
+    }
+
+    /// The object's metadata as the graph takes it (without the resourceVersion, which the
+    /// graph does not read).
+    fn meta(&self, namespace: &str, name: &str) -> Meta {
+        Meta {
+            uid: self.uid.to_string(),
+            name: name.to_string(),
+            namespace: namespace.to_string(),
+            owners: self.owners.clone(),
+            finalizers: self.finalizers.to_vec(),
+            deleting: self.deleting,
+            resource_version: String::new(),
+        }
+    }
+}
+
+/// namespace → name → what was last sent.
+#[derive(Default)]
+struct Cache(HashMap<String, HashMap<Box<str>, Seen>>);
+
+impl Cache {
+    fn insert(&mut self, m: &Meta) -> Option<Meta> {
+        let old = self
+            .0
+            .entry(m.namespace.clone())
+            .or_default()
+            .insert(m.name.as_str().into(), Seen::new(m));
+        old.map(|o| o.meta(&m.namespace, &m.name))
+    }
+
+    fn remove(&mut self, namespace: &str, name: &str) -> Option<Meta> {
+        let names = self.0.get_mut(namespace)?;
+        let old = names.remove(name);
+        if names.is_empty() {
+            self.0.remove(namespace);
+        }
+        old.map(|o| o.meta(namespace, name))
+    }
+}
+
 async fn run(
     client: Client,
     ar: ApiResource,
@@ -54,8 +114,7 @@ async fn run(
     let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(client, &ar);
     let stream = watcher::watcher(api, watcher::Config::default().any_semantic());
     let mut stream = std::pin::pin!(stream);
-    // namespace/name → what was last sent.
-    let mut cache: HashMap<(String, String), Meta> = HashMap::new();
+    let mut cache = Cache::default();
     let mut listing: Option<HashSet<(String, String)>> = None;
     let mut backoff = Duration::from_millis(500);
     let send = |kind: EventType, obj: Meta, old: Option<Meta>| {
@@ -68,18 +127,15 @@ async fn run(
             old,
         });
     };
-    let put = |cache: &mut HashMap<(String, String), Meta>, m: Meta| {
-        let key = (m.namespace.clone(), m.name.clone());
-        match cache.insert(key, m.clone()) {
-            Some(old) if old.same_graph_state(&m) => {}
-            // Another object under the same name: the old one was deleted meanwhile.
-            Some(old) if old.uid != m.uid => {
-                send(EventType::Delete, old, None);
-                send(EventType::Add, m, None);
-            }
-            Some(old) => send(EventType::Update, m, Some(old)),
-            None => send(EventType::Add, m, None),
+    let put = |cache: &mut Cache, m: Meta| match cache.insert(&m) {
+        Some(old) if old.same_graph_state(&m) => {}
+        // Another object under the same name: the old one was deleted meanwhile.
+        Some(old) if old.uid != m.uid => {
+            send(EventType::Delete, old, None);
+            send(EventType::Add, m, None);
         }
+        Some(old) => send(EventType::Update, m, Some(old)),
+        None => send(EventType::Add, m, None),
     };
     while let Some(ev) = stream.next().await {
         match ev {
@@ -94,20 +150,16 @@ async fn run(
             Ok(WatchEvent::InitDone) => {
                 if let Some(seen) = listing.take() {
                     let gone: Vec<(String, String)> = cache
-                        .keys()
-                        .filter(|k| !seen.contains(*k))
-                        .cloned()
+                        .0
+                        .iter()
+                        .flat_map(|(ns, names)| {
+                            names.keys().map(move |n| (ns.clone(), n.to_string()))
+                        })
+                        .filter(|k| !seen.contains(k))
                         .collect();
-                    for k in gone {
-                        if let Some(m) = cache.remove(&k) {
-                            let _ = changes.send(Event {
-                                virtual_: false,
-                                kind: EventType::Delete,
-                                api_version: ar.api_version.clone(),
-                                obj_kind: ar.kind.clone(),
-                                obj: m,
-                                old: None,
-                            });
+                    for (ns, name) in gone {
+                        if let Some(m) = cache.remove(&ns, &name) {
+                            send(EventType::Delete, m, None);
                         }
                     }
                 }
@@ -120,17 +172,8 @@ async fn run(
             }
             Ok(WatchEvent::Delete(o)) => {
                 let m = Meta::from_object_meta(&o.metadata);
-                let last = cache
-                    .remove(&(m.namespace.clone(), m.name.clone()))
-                    .unwrap_or(m);
-                let _ = changes.send(Event {
-                    virtual_: false,
-                    kind: EventType::Delete,
-                    api_version: ar.api_version.clone(),
-                    obj_kind: ar.kind.clone(),
-                    obj: last,
-                    old: None,
-                });
+                let last = cache.remove(&m.namespace, &m.name).unwrap_or(m);
+                send(EventType::Delete, last, None);
             }
             Err(e) => {
                 tracing::debug!(resource = %ar.plural, group = %ar.group, error = %e, "garbage collector monitor: watch failed; retrying");
