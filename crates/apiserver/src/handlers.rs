@@ -555,7 +555,7 @@ pub async fn watch(reg: Arc<Registry>, call: &Call<'_>) -> ApiResult<Response<Bo
     let revisions = reg.cache.revisions();
     let frame = {
         let reg = reg.clone();
-        move |item: &WatchItem| frame(&reg, item, output)
+        move |item: &WatchItem, out: &mut BytesMut| frame(&reg, item, output, out)
     };
     let mut state = WatchStream {
         initial: std::mem::take(&mut sub.initial).into(),
@@ -617,7 +617,7 @@ impl WatchStream {
         &mut self,
         cx: &mut std::task::Context<'_>,
         info: &'static capstan_api::catalogue::ResourceInfo,
-        frame: &dyn Fn(&WatchItem) -> Bytes,
+        frame: &dyn Fn(&WatchItem, &mut BytesMut),
     ) -> std::task::Poll<Option<Bytes>> {
         use std::task::Poll;
         let mut out = BytesMut::new();
@@ -626,7 +626,7 @@ impl WatchStream {
                 break;
             };
             self.last_rev = self.last_rev.max(item.event.rev);
-            out.extend_from_slice(&frame(&item));
+            frame(&item, &mut out);
         }
         if !out.is_empty() {
             return Poll::Ready(Some(out.freeze()));
@@ -645,7 +645,7 @@ impl WatchStream {
             match self.sub.rx.poll_recv(cx) {
                 Poll::Ready(Some(item)) => {
                     self.last_rev = self.last_rev.max(item.event.rev);
-                    out.extend_from_slice(&frame(&item));
+                    frame(&item, &mut out);
                 }
                 // Closed: the watcher fell behind; the client re-watches.
                 Poll::Ready(None) => {
@@ -676,10 +676,11 @@ impl WatchStream {
 
 /// One watch event as the client asked for it: JSON in the request's version (converted once
 /// per object and version, shared by every watcher), or a Table or metadata made from the
-/// stored form.
-fn frame(reg: &Registry, item: &WatchItem, output: Output) -> Bytes {
-    match output {
-        Output::Json => item.event.frame_for(reg.view(), item.kind),
+/// stored form. Appended to `out`, so that the shared frame is copied without taking a
+/// reference on it (its count is touched by every watcher on every core).
+fn frame(reg: &Registry, item: &WatchItem, output: Output, out: &mut BytesMut) {
+    let bytes = match output {
+        Output::Json => return item.event.write_frame(reg.view(), item.kind, out),
         Output::Table(include) => {
             let v: Value = serde_json::from_slice(&item.event.obj.json).unwrap_or(Value::Null);
             let t = table_of(
@@ -694,7 +695,8 @@ fn frame(reg: &Registry, item: &WatchItem, output: Output) -> Bytes {
             let v: Value = serde_json::from_slice(&item.event.obj.json).unwrap_or(Value::Null);
             event_bytes(item.kind.as_str(), &tables::partial_metadata(&v))
         }
-    }
+    };
+    out.extend_from_slice(&bytes);
 }
 
 fn event_bytes(kind: &str, obj: &Value) -> Bytes {

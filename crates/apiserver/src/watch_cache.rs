@@ -199,17 +199,28 @@ impl CacheEvent {
 
     /// `{"type":"ADDED","object":{...}}\n`, serialized once per event and type.
     pub fn frame(&self, as_type: EventType) -> Bytes {
-        self.frames[as_type as usize]
-            .get_or_init(|| {
-                let mut out = Vec::with_capacity(self.obj.json.len() + 32);
-                out.extend_from_slice(b"{\"type\":\"");
-                out.extend_from_slice(as_type.as_str().as_bytes());
-                out.extend_from_slice(b"\",\"object\":");
-                out.extend_from_slice(&self.obj.json);
-                out.extend_from_slice(b"}\n");
-                out.into()
-            })
-            .clone()
+        self.shared_frame(as_type).clone()
+    }
+
+    /// Append the event's frame for a client of the storage version (`None`) or of a view to
+    /// `out`; the storage version's shared frame is copied from without a new reference.
+    pub fn write_frame(&self, view: Option<View>, as_type: EventType, out: &mut bytes::BytesMut) {
+        match view {
+            None => out.extend_from_slice(self.shared_frame(as_type)),
+            Some(_) => out.extend_from_slice(&self.frame_for(view, as_type)),
+        }
+    }
+
+    fn shared_frame(&self, as_type: EventType) -> &Bytes {
+        self.frames[as_type as usize].get_or_init(|| {
+            let mut out = Vec::with_capacity(self.obj.json.len() + 32);
+            out.extend_from_slice(b"{\"type\":\"");
+            out.extend_from_slice(as_type.as_str().as_bytes());
+            out.extend_from_slice(b"\",\"object\":");
+            out.extend_from_slice(&self.obj.json);
+            out.extend_from_slice(b"}\n");
+            out.into()
+        })
     }
 
     /// The event's frame for a client of the storage version (`None`) or of a view.

@@ -25,6 +25,7 @@
 //! Every API version of a resource is read with the same schema (this server keeps one shape
 //! per resource), so entries at other versions are compared without conversion.
 
+mod created;
 mod fieldsv1;
 mod lastapplied;
 mod managed;
@@ -308,12 +309,20 @@ fn cap_update_managers(managed: &mut Managed) {
 /// The object a create (or a first apply) starts from: Kubernetes' empty object of the kind,
 /// the Go zero value for built-in kinds and just apiVersion and kind for custom resources.
 fn empty_object(req: &Request<'_>) -> Value {
+    // Parsed once: every create starts from one.
+    static PARSED: std::sync::OnceLock<Vec<Value>> = std::sync::OnceLock::new();
+    let parsed = PARSED.get_or_init(|| {
+        zero::ZERO_OBJECTS
+            .iter()
+            .map(|(_, _, json)| serde_json::from_str(json).unwrap_or(Value::Null))
+            .collect()
+    });
     let zero = zero::ZERO_OBJECTS
         .binary_search_by(|(v, k, _)| (*v, *k).cmp(&(req.api_version, req.kind)))
         .ok()
-        .and_then(|i| serde_json::from_str::<Value>(zero::ZERO_OBJECTS[i].2).ok());
+        .and_then(|i| parsed.get(i));
     let mut m = match zero {
-        Some(Value::Object(m)) => m,
+        Some(Value::Object(m)) => m.clone(),
         _ => Map::new(),
     };
     m.insert("apiVersion".into(), Value::String(req.api_version.into()));
@@ -399,6 +408,73 @@ fn decode_live_or_new(live: &Value, new: &Value, subresource: bool) -> Managed {
 /// As Kubernetes' `UpdateNoErrors`, a failure leaves the old managedFields on `new`; the
 /// error is returned only to be logged.
 pub fn update(
+    schema: Option<SchemaRef<'_>>,
+    old: Option<&Value>,
+    new: &mut Value,
+    req: &Request<'_>,
+    ignored: &FieldSet,
+) -> Result<(), ApplyError> {
+    if old.is_none() && req.subresource.is_empty() && !carries_managed_fields(new) {
+        if let Some(m) = new.get_mut("metadata").and_then(Value::as_object_mut) {
+            m.remove("managedFields");
+        }
+        let empty = empty_object(req);
+        if let Ok(fields) = created::fields_v1(root_ty(schema), &empty, new, ignored) {
+            write_created(new, fields, req);
+            return Ok(());
+        }
+    }
+    update_tracked(schema, old, new, req, ignored)
+}
+
+/// Whether a write brings managedFields of its own (an empty list or an empty entry, which
+/// reset them, do not count).
+fn carries_managed_fields(obj: &Value) -> bool {
+    match obj.get("metadata").and_then(|m| m.get("managedFields")) {
+        None | Some(Value::Null) => false,
+        sent => !managed::is_reset(sent),
+    }
+}
+
+/// Write the managedFields of a create by a manager with no entries: one `Update` entry with
+/// the fields it set (none when it set nothing tracked), as [`Managed::write_to`] writes it.
+fn write_created(obj: &mut Value, fields: Map<String, Value>, req: &Request<'_>) {
+    if fields.is_empty() {
+        return;
+    }
+    let Some(root) = obj.as_object_mut() else {
+        return;
+    };
+    let meta = root
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(Map::new()));
+    let mut entry = Map::new();
+    let now = normalized_now(req);
+    for (k, v) in [
+        ("manager", manager_name(req)),
+        ("operation", UPDATE),
+        ("apiVersion", req.api_version),
+        ("time", now.as_str()),
+        ("fieldsType", "FieldsV1"),
+    ] {
+        if !v.is_empty() {
+            entry.insert(k.into(), Value::String(v.into()));
+        }
+    }
+    entry.insert("fieldsV1".into(), Value::Object(fields));
+    if !meta.is_object() {
+        *meta = Value::Object(Map::new());
+    }
+    if let Some(m) = meta.as_object_mut() {
+        m.insert(
+            "managedFields".into(),
+            Value::Array(vec![Value::Object(entry)]),
+        );
+    }
+}
+
+/// [`update`] in general: decode the managers, compare, take, strip, cap and encode.
+fn update_tracked(
     schema: Option<SchemaRef<'_>>,
     old: Option<&Value>,
     new: &mut Value,
