@@ -279,7 +279,7 @@ impl BarChart<'_> {
 
 /// The smallest of 1, 2, 2.5, 5 × 10^k at or above `v`.
 fn nice_ceiling(v: f64) -> f64 {
-    if !(v > 0.0) || !v.is_finite() {
+    if v.is_nan() || v <= 0.0 || !v.is_finite() {
         return 1.0;
     }
     let p = 10f64.powf(v.log10().floor());

@@ -29,6 +29,9 @@ pub struct ReportArgs {
     pub title: String,
 }
 
+/// Values per series, per workload.
+type Series = Vec<Vec<Option<f64>>>;
+
 /// One measurement, whatever benchmark printed it.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Row {
@@ -170,7 +173,7 @@ pub fn write(dir: &Path, title: &str, rows: &[Row]) -> Result<Vec<PathBuf>> {
         md.push_str(&table(&rows));
         let workloads = ordered(rows.iter().map(|r| r.workload.clone()));
         let series = ordered(rows.iter().map(|r| r.series.clone()));
-        let value = |f: &dyn Fn(&Row) -> Option<f64>| -> Vec<Vec<Option<f64>>> {
+        let value = |f: &dyn Fn(&Row) -> Option<f64>| -> Series {
             series
                 .iter()
                 .map(|s| {
@@ -185,7 +188,7 @@ pub fn write(dir: &Path, title: &str, rows: &[Row]) -> Result<Vec<PathBuf>> {
                 })
                 .collect()
         };
-        let charts: [(&str, &str, Vec<Vec<Option<f64>>>); 3] = [
+        let charts: [(&str, &str, Series); 3] = [
             ("throughput", "operations/s", value(&|r| r.throughput)),
             ("p99", "p99 latency, ms", value(&|r| r.p99_ms)),
             ("rss", "resident memory, MB", value(&|r| r.rss_mb)),

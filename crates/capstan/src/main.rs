@@ -25,6 +25,27 @@ mod up_cmd;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// mimalloc's `arena_eager_commit` option (`mi_option_arena_eager_commit` of mimalloc.h).
+const MI_OPTION_ARENA_EAGER_COMMIT: std::ffi::c_int = 4;
+
+unsafe extern "C" {
+    /// mimalloc's own; the `mimalloc` crate links it (its `extended` feature would only
+    /// declare it again).
+    fn mi_option_set(option: std::ffi::c_int, value: std::ffi::c_long);
+}
+
+/// On Linux mimalloc commits its arenas up front by default, and freed memory then stayed
+/// resident: about twice the anonymous memory for the same work (release build, RssAnon:
+/// `capstan up` idle 44 -> 24 MB, the kubelet with 100 pods 39 -> 19 MB). The environment
+/// (MIMALLOC_ARENA_EAGER_COMMIT) still decides when set.
+fn tune_allocator() {
+    if std::env::var_os("MIMALLOC_ARENA_EAGER_COMMIT").is_none() {
+        // SAFETY: called first in main, before any other thread exists; mimalloc reads the
+        // option when it reserves its next arena.
+        unsafe { mi_option_set(MI_OPTION_ARENA_EAGER_COMMIT, 0) };
+    }
+}
+
 #[derive(Parser, Debug)]
 #[command(
     name = "capstan",
@@ -116,6 +137,7 @@ fn init_logging(filter: &str, format: LogFormat) {
 }
 
 fn main() {
+    tune_allocator();
     let cli = Cli::parse();
     let default_level = match cli.command {
         Command::Up(_) => "warn",

@@ -96,7 +96,7 @@ fn v2_has_kind_definitions_with_their_gvk() {
         );
     }
     let mut refs = Vec::new();
-    all_refs(doc, &mut refs);
+    all_refs(&doc, &mut refs);
     for r in refs {
         let name = r.strip_prefix("#/definitions/").expect("v2 refs");
         assert!(defs.contains_key(name), "{r}");
@@ -127,7 +127,7 @@ fn v2_has_kind_definitions_with_their_gvk() {
     // Cached: the same bytes every time, and they parse back.
     assert_eq!(v2_bytes(), v2_bytes());
     let parsed: Value = serde_json::from_slice(&v2_bytes()).unwrap();
-    assert_eq!(&parsed, doc);
+    assert_eq!(parsed, doc);
 }
 
 #[test]
@@ -158,7 +158,7 @@ fn v3_index_lists_every_group_version_and_each_document_parses() {
         let bytes = v3_bytes(key).unwrap();
         assert_eq!(content_hash(&bytes), hash);
         let doc: Value = serde_json::from_slice(&bytes).unwrap();
-        assert_eq!(&doc, v3(key).unwrap());
+        assert_eq!(doc, v3(key).unwrap());
         assert_eq!(doc["openapi"], "3.0.0");
         let schemas = doc["components"]["schemas"].as_object().unwrap();
         let mut refs = Vec::new();
@@ -305,7 +305,7 @@ fn explain_sees_the_types_kubernetes_shows() {
         ("metadata.labels", "map[string]string"),
     ];
     for (path, want) in cases {
-        assert_eq!(type_guess(core, field(core, pod, path)), want, "{path}");
+        assert_eq!(type_guess(&core, field(&core, pod, path)), want, "{path}");
     }
     // Required markers follow Kubernetes, not k8s-openapi's Rust types.
     assert!(pod.get("required").is_none());

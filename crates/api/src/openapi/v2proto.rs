@@ -30,7 +30,7 @@ static ETAG: OnceLock<String> = OnceLock::new();
 /// The `/openapi/v2` document ([`super::v2`]) as an `openapi.v2.Document` message; built once.
 pub fn v2_bytes() -> Bytes {
     PROTO
-        .get_or_init(|| Bytes::from(encode_document(super::v2())))
+        .get_or_init(|| Bytes::from(encode_document(&super::v2())))
         .clone()
 }
 

@@ -56,7 +56,7 @@ pub struct Manager {
     pub reasons: Mutex<HashMap<String, Reasons>>,
     /// pod UID → the status last computed (what generate compares against).
     pub statuses: Mutex<HashMap<String, PodStatus>>,
-    /// pod UID → the pod as the last status write returned it.
+    /// pod UID → the pod as the last status write returned it, until the informer has it.
     pub written: Mutex<HashMap<String, Pod>>,
     pub workers: Mutex<HashMap<String, Arc<Worker>>>,
     /// Containers the probers were told about: container ID → pod UID.
@@ -234,16 +234,18 @@ impl Manager {
                 .and_then(|v| v.parse::<u64>().ok())
                 .unwrap_or(0)
         };
-        let written = self
-            .written
-            .lock()
-            .get(uid)
-            .filter(|w| pod_uid(w) == target)
-            .cloned();
-        Some(match written {
-            Some(w) if rv(&w) > rv(&cached) => w,
-            _ => (*cached).clone(),
-        })
+        let mut written = self.written.lock();
+        let newer = match written.get(uid) {
+            Some(w) if pod_uid(w) == target && rv(w) > rv(&cached) => Some(w.clone()),
+            // The informer caught up (or the object was replaced): the copy, a whole pod per
+            // pod, is of no more use.
+            Some(_) => {
+                written.remove(uid);
+                None
+            }
+            None => None,
+        };
+        Some(newer.unwrap_or_else(|| (*cached).clone()))
     }
 
     async fn write_status(&self, pod: &Pod, new: &PodStatus, finished: bool) -> Result<(), String> {
