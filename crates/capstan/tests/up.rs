@@ -459,6 +459,16 @@ spec:
         "yes"
     );
 
+    // The add-ons' manifests for running them as pods pass the API server's validation.
+    for manifest in [
+        "../ingress/deploy/ingress.yaml",
+        "../dashboard/deploy/dashboard.yaml",
+    ] {
+        let path = format!("{}/{manifest}", env!("CARGO_MANIFEST_DIR"));
+        let out = up.ok(&["apply", "--dry-run=server", "-f", &path]);
+        assert!(out.contains("(server dry run)"), "{manifest}: {out}");
+    }
+
     // The dashboard serves its UI, and its sign-in account gives tokens.
     let page = ns
         .exec(&["curl", "-sk", "https://127.0.0.1:8443/"])
