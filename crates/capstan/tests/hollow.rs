@@ -336,16 +336,16 @@ fn bench_hollow_runs_fifty_kubelets_in_one_process() {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no RSS in the bench's report:\n{log}"));
     assert!(rss > 1.0, "RSS {rss} MiB");
-    // Each node has its own Lease, held by itself.
-    let leases = jsonpath(
-        &server,
-        &["get", "leases", "-n", "kube-node-lease"],
-        "{range .items[*]}{.spec.holderIdentity}{\"\\n\"}{end}",
-    );
-    assert_eq!(
-        leases.lines().filter(|l| l.starts_with(&prefix)).count(),
-        50
-    );
+    // Each node has its own Lease, held by itself (a kubelet creates it after registering,
+    // so a node may be Ready a moment before its Lease exists).
+    wait_until("50 node Leases", Duration::from_secs(30), || {
+        let leases = jsonpath(
+            &server,
+            &["get", "leases", "-n", "kube-node-lease"],
+            "{range .items[*]}{.spec.holderIdentity}{\"\\n\"}{end}",
+        );
+        leases.lines().filter(|l| l.starts_with(&prefix)).count() == 50
+    });
     // The hollow nodes run pods.
     server.ok_stdin(
         &["apply", "-f", "-"],
