@@ -69,10 +69,6 @@ impl NodeResourcesBalancedAllocation {
     }
 }
 
-/// The pod's request of each balanced resource, computed in PreScore.
-#[derive(Debug, Clone)]
-struct PreScoreState(Vec<i64>);
-
 impl Plugin for NodeResourcesBalancedAllocation {
     fn name(&self) -> &'static str {
         NAME
@@ -93,17 +89,14 @@ impl PreScorePlugin for NodeResourcesBalancedAllocation {
         _nodes: &[&NodeInfo],
         _snapshot: &Snapshot,
     ) -> Status {
-        state.write(NAME, PreScoreState(self.scorer.pod_requests(pod)));
+        self.scorer.pre_score(state, NAME, pod);
         Status::success()
     }
 }
 
 impl ScorePlugin for NodeResourcesBalancedAllocation {
     fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
-        match state.read::<PreScoreState>(NAME) {
-            Some(s) => self.scorer.score(node, &s.0),
-            None => self.scorer.score(node, &self.scorer.pod_requests(pod)),
-        }
+        self.scorer.score_from_state(state, NAME, pod, node)
     }
     fn score_nodes(
         &self,
@@ -112,12 +105,8 @@ impl ScorePlugin for NodeResourcesBalancedAllocation {
         nodes: &[&NodeInfo],
         scores: &mut [NodeScore],
     ) -> Result<(), Status> {
-        match state.read::<PreScoreState>(NAME) {
-            Some(s) => self.scorer.score_nodes(nodes, &s.0, scores),
-            None => self
-                .scorer
-                .score_nodes(nodes, &self.scorer.pod_requests(pod), scores),
-        }
+        self.scorer
+            .score_nodes_from_state(state, NAME, pod, nodes, scores)
     }
 }
 

@@ -237,10 +237,6 @@ struct PreFilterState {
     empty: bool,
 }
 
-/// The pod's request of each scored resource, computed in PreScore.
-#[derive(Debug, Clone)]
-struct PreScoreState(Vec<i64>);
-
 impl Plugin for NodeResourcesFit {
     fn name(&self) -> &'static str {
         NAME
@@ -383,17 +379,15 @@ impl PreScorePlugin for NodeResourcesFit {
         _nodes: &[&NodeInfo],
         _snapshot: &Snapshot,
     ) -> Status {
-        state.write(PRE_SCORE_KEY, PreScoreState(self.scorer.pod_requests(pod)));
+        self.scorer.pre_score(state, PRE_SCORE_KEY, pod);
         Status::success()
     }
 }
 
 impl ScorePlugin for NodeResourcesFit {
     fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
-        match state.read::<PreScoreState>(PRE_SCORE_KEY) {
-            Some(s) => self.scorer.score(node, &s.0),
-            None => self.scorer.score(node, &self.scorer.pod_requests(pod)),
-        }
+        self.scorer
+            .score_from_state(state, PRE_SCORE_KEY, pod, node)
     }
     fn score_nodes(
         &self,
@@ -402,12 +396,8 @@ impl ScorePlugin for NodeResourcesFit {
         nodes: &[&NodeInfo],
         scores: &mut [NodeScore],
     ) -> Result<(), Status> {
-        match state.read::<PreScoreState>(PRE_SCORE_KEY) {
-            Some(s) => self.scorer.score_nodes(nodes, &s.0, scores),
-            None => self
-                .scorer
-                .score_nodes(nodes, &self.scorer.pod_requests(pod), scores),
-        }
+        self.scorer
+            .score_nodes_from_state(state, PRE_SCORE_KEY, pod, nodes, scores)
     }
 }
 

@@ -4,7 +4,7 @@
 pub mod balanced_allocation;
 pub mod fit;
 
-use crate::framework::{NodeScore, Status, MAX_NODE_SCORE};
+use crate::framework::{CycleState, NodeScore, Status, MAX_NODE_SCORE};
 use crate::types::{is_scalar_resource, NodeInfo, PodInfo};
 use capstan_api::field::FieldError;
 use serde::Deserialize;
@@ -193,6 +193,11 @@ struct AllocationScorer {
     use_requested: bool,
 }
 
+/// The pod's request of each scored resource, computed in PreScore (each plugin under its
+/// own key).
+#[derive(Debug, Clone)]
+struct PodRequests(Vec<i64>);
+
 impl AllocationScorer {
     fn new(specs: &[ResourceSpec], strategy: Strategy, use_requested: bool) -> AllocationScorer {
         AllocationScorer {
@@ -208,6 +213,40 @@ impl AllocationScorer {
             .iter()
             .map(|r| r.pod_request(pod, self.use_requested))
             .collect()
+    }
+
+    /// PreScore: the pod's requests, kept in `state` under `key` for Score.
+    fn pre_score(&self, state: &mut CycleState, key: &'static str, pod: &PodInfo) {
+        state.write(key, PodRequests(self.pod_requests(pod)));
+    }
+
+    /// Score `node` with the requests PreScore kept under `key` (computed anew without them).
+    fn score_from_state(
+        &self,
+        state: &CycleState,
+        key: &'static str,
+        pod: &PodInfo,
+        node: &NodeInfo,
+    ) -> Result<i64, Status> {
+        match state.read::<PodRequests>(key) {
+            Some(s) => self.score(node, &s.0),
+            None => self.score(node, &self.pod_requests(pod)),
+        }
+    }
+
+    /// [`AllocationScorer::score_from_state`] for many nodes at once.
+    fn score_nodes_from_state(
+        &self,
+        state: &CycleState,
+        key: &'static str,
+        pod: &PodInfo,
+        nodes: &[&NodeInfo],
+        scores: &mut [NodeScore],
+    ) -> Result<(), Status> {
+        match state.read::<PodRequests>(key) {
+            Some(s) => self.score_nodes(nodes, &s.0, scores),
+            None => self.score_nodes(nodes, &self.pod_requests(pod), scores),
+        }
     }
 
     /// `(allocatable, requested, weight)` of each resource on `node`, in order.
