@@ -118,32 +118,11 @@ fn service() -> Value {
     })
 }
 
+/// `kubectl create deployment`'s Deployment, with a container port (a keyed list).
 fn deployment() -> Value {
-    json!({
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": "nginx", "namespace": "default", "labels": {"app": "nginx"},
-                     "creationTimestamp": null},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": {"app": "nginx"}},
-            "template": {
-                "metadata": {"creationTimestamp": null, "labels": {"app": "nginx"}},
-                "spec": {
-                    "containers": [{"name": "nginx", "image": "nginx", "resources": {},
-                        "ports": [{"containerPort": 80}],
-                        "terminationMessagePath": "/dev/termination-log",
-                        "terminationMessagePolicy": "File", "imagePullPolicy": "Always"}],
-                    "restartPolicy": "Always", "terminationGracePeriodSeconds": 30,
-                    "dnsPolicy": "ClusterFirst", "securityContext": {},
-                    "schedulerName": "default-scheduler"
-                }
-            },
-            "strategy": {"type": "RollingUpdate",
-                         "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}},
-            "revisionHistoryLimit": 10, "progressDeadlineSeconds": 600
-        },
-        "status": {}
-    })
+    let mut d = crate::apply::tests::created_deployment();
+    d["spec"]["template"]["spec"]["containers"][0]["ports"] = json!([{"containerPort": 80}]);
+    d
 }
 
 fn widgets() -> Schemas {

@@ -127,7 +127,7 @@ impl Store {
 }
 
 /// A Deployment as `kubectl create deployment nginx --image=nginx` sends it once defaulted.
-fn created_deployment() -> Value {
+pub(super) fn created_deployment() -> Value {
     json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": "nginx", "namespace": "default", "labels": {"app": "nginx"},
