@@ -376,7 +376,7 @@ async fn run(k: Arc<Kubelet>, mut entries: Vec<Entry>, wake: Arc<Notify>) {
     loop {
         let node = k.node.borrow().clone();
         if let Some(node) = node.filter(|_| k.pods.has_synced()) {
-            let host_ips = node_ips(&k, &node);
+            let host_ips = crate::pods::manager::node_ips(&k, Some(&node));
             for e in &mut entries {
                 sync(&k, &node, &host_ips, e).await;
             }
@@ -392,28 +392,6 @@ async fn run(k: Arc<Kubelet>, mut entries: Vec<Entry>, wake: Arc<Notify>) {
             }
         }
     }
-}
-
-/// The node's InternalIPs (primary first), else --node-ip.
-fn node_ips(k: &Kubelet, node: &Node) -> Vec<String> {
-    let ips: Vec<String> = node
-        .status
-        .as_ref()
-        .and_then(|s| s.addresses.as_ref())
-        .map(|a| {
-            a.iter()
-                .filter(|a| a.type_ == "InternalIP")
-                .map(|a| a.address.clone())
-                .collect()
-        })
-        .unwrap_or_default();
-    if !ips.is_empty() {
-        return ips;
-    }
-    k.opts
-        .node_ip
-        .map(|ip| vec![ip.to_string()])
-        .unwrap_or_default()
 }
 
 /// Keep one host pod's mirror pod: create it when missing, replace it when it is being

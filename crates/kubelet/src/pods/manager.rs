@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::api::core::v1::{Node, Pod, PodStatus};
 use kube::api::{DeleteParams, PostParams, Preconditions};
 use kube::Api;
 use parking_lot::Mutex;
@@ -117,28 +117,7 @@ impl Manager {
 
     /// The node's IPs, primary first: its InternalIPs, else --node-ip.
     pub fn host_ips(&self) -> Vec<String> {
-        let from_node: Vec<String> = self
-            .k
-            .node
-            .borrow()
-            .as_ref()
-            .and_then(|n| n.status.as_ref())
-            .and_then(|s| s.addresses.as_ref())
-            .map(|a| {
-                a.iter()
-                    .filter(|a| a.type_ == "InternalIP")
-                    .map(|a| a.address.clone())
-                    .collect()
-            })
-            .unwrap_or_default();
-        if !from_node.is_empty() {
-            return from_node;
-        }
-        self.k
-            .opts
-            .node_ip
-            .map(|ip| vec![ip.to_string()])
-            .unwrap_or_default()
+        node_ips(&self.k, self.k.node.borrow().as_deref())
     }
 
     /// The status the kubelet last computed for the pod, else the API's.
@@ -358,4 +337,26 @@ impl Manager {
     pub fn resync(&self) -> Duration {
         self.k.opts.sync_frequency.max(Duration::from_secs(1))
     }
+}
+
+/// The IPs of `node` as the kubelet reports them, primary first: its InternalIPs, else
+/// --node-ip.
+pub(crate) fn node_ips(k: &Kubelet, node: Option<&Node>) -> Vec<String> {
+    let from_node: Vec<String> = node
+        .and_then(|n| n.status.as_ref())
+        .and_then(|s| s.addresses.as_ref())
+        .map(|a| {
+            a.iter()
+                .filter(|a| a.type_ == "InternalIP")
+                .map(|a| a.address.clone())
+                .collect()
+        })
+        .unwrap_or_default();
+    if !from_node.is_empty() {
+        return from_node;
+    }
+    k.opts
+        .node_ip
+        .map(|ip| vec![ip.to_string()])
+        .unwrap_or_default()
 }
