@@ -33,6 +33,7 @@ pub mod request;
 pub mod scale;
 mod served_objects;
 pub mod server;
+pub mod sparse;
 pub mod tables;
 pub mod validation;
 pub mod watch_cache;

@@ -20,10 +20,19 @@ impl ApiServer {
             .cloned()
     }
 
-    fn values(objs: Vec<Arc<crate::watch_cache::CachedObject>>) -> Vec<Value> {
+    fn values(objs: Vec<Arc<crate::watch_cache::CachedObject>>, resource: &str) -> Vec<Value> {
         objs.iter()
-            .filter_map(|o| serde_json::from_slice(&o.json).ok())
+            .filter_map(|o| Self::value(o, resource))
             .collect()
+    }
+
+    /// A cached object parsed. Objects other than pods are few and read again and again by
+    /// admission, so they keep their parsed form; pods are many and are parsed each time.
+    fn value(obj: &crate::watch_cache::CachedObject, resource: &str) -> Option<Value> {
+        match resource {
+            "pods" | "events" => obj.value(),
+            _ => obj.value_kept(),
+        }
     }
 }
 
@@ -41,7 +50,7 @@ impl Objects for ApiServer {
     fn get(&self, group: &str, resource: &str, ns: &str, name: &str) -> Option<Value> {
         let reg = self.storage_registry(group, resource)?;
         let obj = reg.cache.get(ns, name)?;
-        serde_json::from_slice(&obj.json).ok()
+        Self::value(&obj, resource)
     }
 
     fn list(&self, group: &str, resource: &str, ns: &str) -> Vec<Value> {
@@ -52,7 +61,7 @@ impl Objects for ApiServer {
         if !ns.is_empty() {
             filter.namespace = Some(ns.to_string());
         }
-        Self::values(reg.cache.list(&filter).0)
+        Self::values(reg.cache.list(&filter).0, resource)
     }
 
     fn pods_on_node(&self, node: &str) -> Vec<Value> {
@@ -60,7 +69,7 @@ impl Objects for ApiServer {
             return Vec::new();
         };
         match Filter::new(reg.info, "", "", &format!("spec.nodeName={node}")) {
-            Ok(f) => Self::values(reg.cache.list(&f).0),
+            Ok(f) => Self::values(reg.cache.list(&f).0, "pods"),
             Err(_) => Vec::new(),
         }
     }

@@ -74,10 +74,26 @@ pub struct CachedObject {
     pub rev: i64,
     /// The object in the version of each of its storage's [`views_of`], made when first read.
     views: Box<[OnceLock<Bytes>]>,
+    /// The object parsed, kept once asked for through [`CachedObject::value_kept`].
+    parsed: OnceLock<Value>,
 }
 
 impl CachedObject {
     pub fn new(info: &'static ResourceInfo, stored: &[u8], rev: i64) -> Result<Self, ApiError> {
+        if !info.custom {
+            // Only what the cache indexes is built; the wire JSON is the stored bytes.
+            let value = crate::sparse::decode(stored, &crate::sparse::keep_of(info))
+                .map_err(|e| ApiError::internal(format!("stored object is not valid JSON: {e}")))?;
+            if !value.is_object() {
+                return Err(ApiError::internal("stored object is not a JSON object"));
+            }
+            return Ok(Self::from_value(
+                info,
+                &value,
+                codec::with_resource_version(stored, rev),
+                rev,
+            ));
+        }
         let mut value = codec::decode_stored(stored, rev)?;
         if info.custom && capstan_api::meta::type_meta(&value).0 != info.api_version() {
             // Stored in an earlier storage version of its definition.
@@ -129,7 +145,22 @@ impl CachedObject {
             json,
             rev,
             views: views_of(info).iter().map(|_| OnceLock::new()).collect(),
+            parsed: OnceLock::new(),
         }
+    }
+
+    /// The object parsed (None if its JSON is not an object's).
+    pub fn value(&self) -> Option<Value> {
+        serde_json::from_slice(&self.json).ok()
+    }
+
+    /// The object parsed, parsing it only the first time: for the few objects admission
+    /// reads on every request (namespaces, service accounts, priority classes ...).
+    pub fn value_kept(&self) -> Option<Value> {
+        let v = self
+            .parsed
+            .get_or_init(|| self.value().unwrap_or(Value::Null));
+        (!v.is_null()).then(|| v.clone())
     }
 
     /// The object's wire JSON in the storage version (`None`) or in a view's version,

@@ -138,6 +138,12 @@ pub async fn measure(args: &PodStartupArgs) -> Result<PodStartupMeasurement> {
     let result = measure_in(args, client, &ns).await;
     if !args.keep {
         let _ = nss.delete(&ns, &DeleteParams::default()).await;
+        // Until its pods are gone the node still counts them (they are terminating), and
+        // a run right after this one would find the node full.
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while Instant::now() < deadline && matches!(nss.get_opt(&ns).await, Ok(Some(_))) {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
     }
     result
 }

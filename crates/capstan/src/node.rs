@@ -81,6 +81,9 @@ pub(crate) struct Running {
     /// The runtime the kubelet uses (closed at shutdown).
     pub gate: Option<Arc<Gate>>,
     pub kubelet: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+    /// The kubelet's pod directories, whose volume mounts are undone once the managed
+    /// containerd's sandboxes are removed.
+    pub pods_dir: Option<std::path::PathBuf>,
     /// Other node components (proxy, routes, add-ons), stopped after the kubelet.
     pub components: Vec<Component>,
 }
@@ -213,6 +216,7 @@ pub(crate) fn start_kubelet(
     let cri = capstan_cri::Cri::connect(endpoint).map_err(|e| anyhow::anyhow!(e))?;
     let gate = Gate::new(Arc::new(cri));
     running.gate = Some(gate.clone());
+    running.pods_dir = Some(opts.root_dir.join("pods"));
     running.kubelet = Some(tokio::spawn(capstan_kubelet::run(node_client, gate, opts)));
     Ok(())
 }
@@ -338,6 +342,13 @@ pub(crate) async fn shutdown(running: Running) {
             Err(e) => eprintln!("  cannot reach containerd: {e}"),
         }
         managed.stop().await;
+        // The pods' containers are gone: their tmpfs volumes (secrets, projected tokens)
+        // would otherwise stay mounted under the data directory.
+        if let Some(dir) = &running.pods_dir {
+            if let Err(e) = capstan_kubelet::volumes::sys::unmount_all_under(dir) {
+                eprintln!("  unmounting pod volumes under {}: {e}", dir.display());
+            }
+        }
     }
     drop(running.registry);
 }

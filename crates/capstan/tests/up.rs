@@ -542,6 +542,10 @@ spec:
         "containers left: {}",
         String::from_utf8_lossy(&runc.stdout)
     );
+    // The pod's tmpfs volumes (its service account token) are unmounted too.
+    let pods_dir = std::fs::canonicalize(&up.dir).unwrap().join("kubelet/pods");
+    let mounted = node::mounts_under(&pods_dir.to_string_lossy());
+    assert!(mounted.is_empty(), "volumes left mounted: {mounted:#?}");
 
     // Again on the same data: the pod (still in the store) runs again, in a new container.
     up.spawn();

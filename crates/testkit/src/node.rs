@@ -671,7 +671,8 @@ pub fn unmount_under(dir: &Path) {
 }
 
 /// The mount points at or under `dir`.
-fn mounts_under(dir: &str) -> Vec<String> {
+/// The mount points at or under `dir` (no trailing slash).
+pub fn mounts_under(dir: &str) -> Vec<String> {
     let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     parse_mount_points(&info)
         .into_iter()

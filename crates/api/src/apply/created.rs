@@ -66,6 +66,15 @@ fn drop_member(node: &mut Map<String, Value>, name: &str) {
     }
 }
 
+/// `f:<key>`, the encoded set's name of a field (without the formatting machinery: this
+/// runs once per field of every created object).
+fn field_key(key: &str) -> String {
+    let mut k = String::with_capacity(key.len() + 2);
+    k.push_str("f:");
+    k.push_str(key);
+    k
+}
+
 /// Put a child's contribution under `key` (nothing when it has none). Two children with one
 /// text would merge in the general path's set: give up.
 fn attach(node: &mut Map<String, Value>, key: String, mut child: Added) -> Result<(), GiveUp> {
@@ -149,7 +158,7 @@ fn added_atom(
                 None => None,
             };
             let child = added_at(m.child(key), om.and_then(|o| o.get(key)), value, ignored)?;
-            attach(&mut out.below, format!("f:{key}"), child)?;
+            attach(&mut out.below, field_key(key), child)?;
         }
         Ok(false)
     } else if atom.scalar.is_some() {
