@@ -167,12 +167,24 @@ pub fn with_resource_version(stored: &[u8], rev: i64) -> Bytes {
 
 /// Parse a stored object and set its resourceVersion.
 pub fn decode_stored(stored: &[u8], rev: i64) -> Result<Value, ApiError> {
-    let mut v: Value = serde_json::from_slice(stored)
-        .map_err(|e| ApiError::internal(format!("stored object is not valid JSON: {e}")))?;
+    let mut v = stored_object(serde_json::from_slice(stored))?;
+    capstan_api::meta::set_meta_str(&mut v, "resourceVersion", &rev.to_string());
+    Ok(v)
+}
+
+/// Parse only the parts of a stored object `keep` names ([`crate::sparse`]); no
+/// resourceVersion is set.
+pub fn decode_stored_sparse(stored: &[u8], keep: &crate::sparse::Keep) -> Result<Value, ApiError> {
+    stored_object(crate::sparse::decode(stored, keep))
+}
+
+/// A parsed stored object, or the internal error of one that is not a JSON object.
+fn stored_object(parsed: serde_json::Result<Value>) -> Result<Value, ApiError> {
+    let v =
+        parsed.map_err(|e| ApiError::internal(format!("stored object is not valid JSON: {e}")))?;
     if !v.is_object() {
         return Err(ApiError::internal("stored object is not a JSON object"));
     }
-    capstan_api::meta::set_meta_str(&mut v, "resourceVersion", &rev.to_string());
     Ok(v)
 }
 

@@ -82,11 +82,7 @@ impl CachedObject {
     pub fn new(info: &'static ResourceInfo, stored: &[u8], rev: i64) -> Result<Self, ApiError> {
         if !info.custom {
             // Only what the cache indexes is built; the wire JSON is the stored bytes.
-            let value = crate::sparse::decode(stored, &crate::sparse::keep_of(info))
-                .map_err(|e| ApiError::internal(format!("stored object is not valid JSON: {e}")))?;
-            if !value.is_object() {
-                return Err(ApiError::internal("stored object is not a JSON object"));
-            }
+            let value = codec::decode_stored_sparse(stored, &crate::sparse::keep_of(info))?;
             return Ok(Self::from_value(
                 info,
                 &value,
@@ -95,18 +91,14 @@ impl CachedObject {
             ));
         }
         let mut value = codec::decode_stored(stored, rev)?;
-        if info.custom && capstan_api::meta::type_meta(&value).0 != info.api_version() {
+        let json = if capstan_api::meta::type_meta(&value).0 != info.api_version() {
             // Stored in an earlier storage version of its definition.
             crate::registry::set_api_version(&mut value, info);
-            let json = Bytes::from(serde_json::to_vec(&value).unwrap_or_default());
-            return Ok(Self::from_value(info, &value, json, rev));
-        }
-        Ok(Self::from_value(
-            info,
-            &value,
-            codec::with_resource_version(stored, rev),
-            rev,
-        ))
+            Bytes::from(serde_json::to_vec(&value).unwrap_or_default())
+        } else {
+            codec::with_resource_version(stored, rev)
+        };
+        Ok(Self::from_value(info, &value, json, rev))
     }
 
     pub fn from_value(info: &'static ResourceInfo, value: &Value, json: Bytes, rev: i64) -> Self {

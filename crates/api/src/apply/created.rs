@@ -55,7 +55,7 @@ pub(super) fn fields_v1(
 
 /// Remove the member `f:<name>` of an encoded node, keeping what is below it.
 fn drop_member(node: &mut Map<String, Value>, name: &str) {
-    let key = format!("f:{name}");
+    let key = field_key(name);
     let Some(Value::Object(child)) = node.get_mut(&key) else {
         return;
     };
