@@ -119,6 +119,12 @@ impl Drop for Dashboard {
     }
 }
 
+/// The last `n` lines of a log.
+fn last_lines(log: &str, n: usize) -> String {
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
 /// A service account's token; `cluster_admin` binds it to cluster-admin first.
 fn token(server: &Server, name: &str, cluster_admin: bool) -> String {
     server.ok(&["create", "serviceaccount", name, "-n", "default"]);
@@ -255,6 +261,19 @@ spec:
             .stdout
             == b"Running"
     });
+    // The pod's interfaces get their IPv6 link-local addresses a second or two after they come
+    // up (duplicate address detection), and Chromium drops requests in flight when the host's
+    // addresses change: the scenario makes that change itself, at a known step.
+    wait_until(
+        "the host's addresses settled",
+        Duration::from_secs(30),
+        || {
+            Command::new("ip")
+                .args(["-6", "addr", "show", "tentative"])
+                .output()
+                .is_ok_and(|o| o.status.success() && o.stdout.is_empty())
+        },
+    );
     let dashboard = Dashboard::start(&server, &[]);
     let out = Command::new("node")
         .arg("test.mjs")
@@ -273,10 +292,11 @@ spec:
     println!("{stdout}");
     assert!(
         out.status.success(),
-        "the browser test failed:\n{stdout}\n{}\n--- dashboard log ---\n{}\n--- kubelet log ---\n{}",
+        "the browser test failed:\n{stdout}\n{}\n--- dashboard log ---\n{}\n--- kubelet log ---\n{}\n--- server log ---\n{}",
         String::from_utf8_lossy(&out.stderr),
         dashboard.log(),
-        kubelet.log_tail(40)
+        kubelet.log_tail(40),
+        last_lines(&server.log(), 40)
     );
 }
 
@@ -337,7 +357,7 @@ fn insecure_http() {
     };
     let index = get("/", None);
     assert!(index.starts_with("HTTP/1.1 200"), "{index}");
-    assert!(index.contains("/js/app.js"));
+    assert!(index.contains("/js/boot.js"));
     // No token: the API server sees an anonymous request, not the kubeconfig's admin.
     let anon = get("/api/v1/namespaces", None);
     assert!(

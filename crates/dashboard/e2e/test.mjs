@@ -4,7 +4,8 @@
 // without permissions seeing the API server's 403 messages.
 //
 // With SCENARIO=logs instead: a pod on a real kubelet whose two containers print a line every
-// half second; its logs are followed live, and the container picker switches streams.
+// half second; its logs are followed live — across a change of the host's addresses, which
+// makes the browser drop the open stream — and the container picker switches streams.
 //
 // Run by crates/capstan/tests/dashboard.rs, with:
 //   DASHBOARD_URL   the dashboard (https, self-signed)
@@ -15,6 +16,7 @@
 //   SCENARIO        `logs` for the second scenario
 // Exits non-zero with a message (and failure-SCENARIO.png) on the first failed check.
 
+import { execFileSync } from 'node:child_process';
 import { mkdtempSync, mkdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -268,6 +270,30 @@ async function logsScenario() {
   if (!(await page.evaluate(() => window.notReloaded))) throw new Error('the page reloaded');
   if (!/Following/.test(await page.locator('#log-status').innerText())) throw new Error('not following');
   await page.screenshot({ path: join(SHOTS, 'pod-logs-follow.png'), fullPage: true });
+
+  step('the host\'s addresses change (the browser drops open requests): the stream resumes, no line lost or repeated');
+  await page.evaluate(() => {
+    window.statuses = [];
+    const s = document.getElementById('log-status');
+    new MutationObserver(() => window.statuses.push(s.textContent)).observe(s, { childList: true, subtree: true, characterData: true });
+  });
+  const changed = await ticks();
+  const dummy = `capdash${process.pid % 100000}`;
+  execFileSync('ip', ['link', 'add', dummy, 'type', 'bridge']);
+  try {
+    execFileSync('ip', ['addr', 'add', '198.18.250.1/32', 'dev', dummy]);
+    execFileSync('ip', ['link', 'set', dummy, 'up']);
+    await until('lines after the change', async () => (await ticks()) >= changed + 4);
+  } finally {
+    execFileSync('ip', ['link', 'del', dummy]);
+  }
+  const numbers = ((await out.innerText()).match(/^tick \d+$/gm) || []).map((l) => Number(l.slice(5)));
+  numbers.forEach((n, i) => {
+    if (n !== numbers[0] + i) throw new Error(`lines lost or repeated across the change: ${numbers.join(' ')}`);
+  });
+  const statuses = await page.evaluate(() => window.statuses);
+  // Chromium aborts requests in flight on an address change: the resume above really ran.
+  if (!statuses.some((t) => /reconnecting/.test(t))) throw new Error(`the stream was not dropped and resumed: ${JSON.stringify(statuses)}`);
 
   step('the container picker switches the stream');
   await page.locator('#log-container').selectOption('other');

@@ -116,3 +116,80 @@ test('workload health', () => {
   assert.deepEqual(workloadHealth('Job', dep({ completions: 1 }, { succeeded: 1, conditions: [{ type: 'Complete', status: 'True' }] })), [1, 1, 'ok']);
   assert.deepEqual(workloadHealth('Job', dep({}, { active: 1 })), [0, 1, 'progressing']);
 });
+
+test('logs: a followed stream that drops resumes from the last line, without repeats or stamps', async () => {
+  const { followLog } = await import('../ui/js/logs.js');
+  globalThis.sessionStorage ??= { getItem: () => '', setItem() {}, removeItem() {} };
+  const enc = new TextEncoder();
+  // What the kubelet sends: each chunk as given (lines may be split across chunks); `fail`
+  // ends the body with an error, as a dropped connection does.
+  const body = (chunks, fail) => {
+    const rest = [...chunks];
+    return new ReadableStream({
+      async pull(c) {
+        await new Promise((r) => setTimeout(r, 5));
+        if (rest.length) c.enqueue(enc.encode(rest.shift()));
+        else if (fail) c.error(new TypeError('network error'));
+        else c.close();
+      },
+    });
+  };
+  const urls = [];
+  const answers = [
+    () => body(['2026-01-02T03:04:05.100000000Z tick 0\n2026-01-02T03:04:05.6', '00000000Z tick 1\n'], true),
+    () => body(['2026-01-02T03:04:05.100000000Z tick 0\n', '2026-01-02T03:04:05.600000000Z tick 1\n',
+      '2026-01-02T03:04:06.100000000Z tick 2\n', '2026-01-02T03:04:06.600000000Z tick 3']),
+  ];
+  const saved = globalThis.fetch;
+  globalThis.fetch = async (url) => {
+    urls.push(url);
+    return new Response(answers[urls.length - 1](), { status: 200 });
+  };
+  try {
+    let shown = '';
+    const states = [];
+    await followLog('/api/v1/namespaces/d/pods/p/log', { container: 'c', follow: 'true', tailLines: '500' }, {
+      signal: new AbortController().signal,
+      show: (t) => { shown += t; },
+      onState: (s) => states.push(s),
+      sleep: async () => {},
+    });
+    assert.equal(shown, 'tick 0\ntick 1\ntick 2\ntick 3');
+    assert.deepEqual(states, ['following', 'reconnecting', 'following']);
+    assert.equal(urls.length, 2);
+    const first = new URL(urls[0], 'https://x');
+    assert.equal(first.searchParams.get('tailLines'), '500');
+    assert.equal(first.searchParams.get('timestamps'), 'true');
+    const second = new URL(urls[1], 'https://x');
+    assert.equal(second.searchParams.get('sinceTime'), '2026-01-02T03:04:05Z');
+    assert.equal(second.searchParams.get('tailLines'), null);
+    assert.equal(second.searchParams.get('container'), 'c');
+  } finally {
+    globalThis.fetch = saved;
+  }
+});
+
+test('logs: the user\'s timestamps are kept, and an API error ends the stream', async () => {
+  const { followLog } = await import('../ui/js/logs.js');
+  globalThis.sessionStorage ??= { getItem: () => '', setItem() {}, removeItem() {} };
+  const saved = globalThis.fetch;
+  let calls = 0;
+  globalThis.fetch = async () => {
+    calls += 1;
+    if (calls === 1) return new Response('2026-01-02T03:04:05.100000000Z a\n', { status: 200 });
+    return new Response(JSON.stringify({ kind: 'Status', code: 400, reason: 'BadRequest', message: 'container c is terminated' }), { status: 400 });
+  };
+  try {
+    let shown = '';
+    await followLog('/p/log', { container: 'c', timestamps: 'true' }, {
+      signal: new AbortController().signal, show: (t) => { shown += t; }, sleep: async () => {},
+    });
+    assert.equal(shown, '2026-01-02T03:04:05.100000000Z a\n');
+    await assert.rejects(
+      followLog('/p/log', { container: 'c' }, { signal: new AbortController().signal, show: () => {}, sleep: async () => {} }),
+      /container c is terminated/,
+    );
+  } finally {
+    globalThis.fetch = saved;
+  }
+});

@@ -25,6 +25,7 @@ pub(crate) static ASSETS: &[Asset] = &[
     asset!("/", "index.html", "text/html; charset=utf-8"),
     asset!("/style.css", "style.css", "text/css; charset=utf-8"),
     asset!("/favicon.svg", "favicon.svg", "image/svg+xml"),
+    asset!("/js/boot.js", "js/boot.js", JS),
     asset!("/js/app.js", "js/app.js", JS),
     asset!("/js/api.js", "js/api.js", JS),
     asset!("/js/dom.js", "js/dom.js", JS),

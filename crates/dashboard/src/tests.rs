@@ -354,7 +354,7 @@ async fn serves_the_ui_files() {
         .unwrap()
         .to_string();
     assert!(csp.contains("script-src 'self'"), "{csp}");
-    assert!(text(resp).await.contains("/js/app.js"));
+    assert!(text(resp).await.contains("/js/boot.js"));
     for asset in crate::assets::ASSETS {
         let resp = send(
             &c,

@@ -1,6 +1,6 @@
 // A pod's logs: pick a container, follow the stream (`?follow=true`) as it is written.
 
-import { request, stream, withQuery } from './api.js';
+import { ApiError, request, stream, withQuery } from './api.js';
 import { errorBox, h, replace } from './dom.js';
 
 // Keep at most this much text in the page.
@@ -58,19 +58,23 @@ export function renderLogs(root, { res, ns, name, pod }) {
     let stick = true;
     let shown = 0;
     out.onscroll = () => { stick = out.scrollTop + out.clientHeight >= out.scrollHeight - 8; };
+    const show = (text) => {
+      out.appendChild(document.createTextNode(text));
+      shown += text.length;
+      if (shown > MAX_CHARS) {
+        out.textContent = out.textContent.slice(-MAX_CHARS / 2);
+        shown = out.textContent.length;
+      }
+      if (stick) out.scrollTop = out.scrollHeight;
+    };
     try {
       if (follow.checked) {
-        await stream(path, {
-          accept: '*/*',
+        await followLog(`${res.path(ns, name)}/log`, query, {
           signal: mine.signal,
-          onChunk: (text) => {
-            out.appendChild(document.createTextNode(text));
-            shown += text.length;
-            if (shown > MAX_CHARS) {
-              out.textContent = out.textContent.slice(-MAX_CHARS / 2);
-              shown = out.textContent.length;
-            }
-            if (stick) out.scrollTop = out.scrollHeight;
+          show,
+          onState: (state) => {
+            if (state === 'following') replace(status, 'Following…');
+            else if (state === 'reconnecting') replace(status, 'The connection was lost; reconnecting…');
           },
         });
         if (!mine.signal.aborted) replace(status, 'The log stream ended.');
@@ -90,3 +94,76 @@ export function renderLogs(root, { res, ns, name, pod }) {
   start();
   return () => { if (controller) controller.abort(); };
 }
+
+// A line's timestamp (the kubelet's fixed-width RFC 3339, nine fractional digits), or null.
+const STAMP = /^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d) /;
+
+// Follows a container's log, calling show(text) with each piece of new output. The stream is
+// asked for timestamps (shown only if the user asked for them): when the connection drops —
+// browsers abort open requests when the machine's network changes, as it does whenever a
+// pod's interface comes up — it is opened again from the last line's second, and the lines
+// already shown are skipped, so nothing is lost or repeated. Resolves when the server ends the
+// stream; rejects with the API server's error.
+export async function followLog(path, query, { signal, show, onState = () => {}, sleep = wait }) {
+  const userStamps = query.timestamps === 'true';
+  let last = null; // the timestamp of the last line shown
+  let since = null; // its whole second, as sinceTime wants it
+  let backoff = 1000;
+  for (;;) {
+    const q = { ...query, follow: 'true', timestamps: 'true' };
+    if (since !== null) {
+      // Resuming: from the last line's second (sinceTime has whole seconds); what was shown
+      // is skipped below. tailLines would cut what came while the stream was down.
+      q.sinceTime = since;
+      delete q.tailLines;
+    }
+    let partial = '';
+    const lines = (text) => {
+      partial += text;
+      let i;
+      let shownNow = '';
+      while ((i = partial.indexOf('\n')) >= 0) {
+        const line = partial.slice(0, i + 1);
+        partial = partial.slice(i + 1);
+        const m = STAMP.exec(line);
+        if (m) {
+          const stamp = m[0].slice(0, -1);
+          if (last !== null && stamp <= last) continue;
+          last = stamp;
+          since = m[1] + m[3];
+          shownNow += userStamps ? line : line.slice(m[0].length);
+        } else {
+          shownNow += line;
+        }
+      }
+      if (shownNow) show(shownNow);
+    };
+    try {
+      await stream(withQuery(path, q), {
+        accept: '*/*',
+        signal,
+        onOpen: () => { backoff = 1000; onState('following'); },
+        onChunk: lines,
+      });
+      // A last line without its newline (the container ended mid-line).
+      if (partial) {
+        const m = STAMP.exec(partial);
+        show(m && !userStamps ? partial.slice(m[0].length) : partial);
+      }
+      return;
+    } catch (e) {
+      if (signal.aborted || (e && e.name === 'AbortError')) throw e;
+      // The API server's answer (the container is gone, the pod was deleted) ends it.
+      if (e instanceof ApiError && e.code !== 0) throw e;
+      onState('reconnecting');
+      await sleep(backoff, signal);
+      if (signal.aborted) throw new DOMException('aborted', 'AbortError');
+      backoff = Math.min(backoff * 2, 30000);
+    }
+  }
+}
+
+const wait = (ms, signal) => new Promise((resolve) => {
+  const t = setTimeout(resolve, ms);
+  if (signal) signal.addEventListener('abort', () => { clearTimeout(t); resolve(); }, { once: true });
+});
