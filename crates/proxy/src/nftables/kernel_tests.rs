@@ -257,6 +257,15 @@ fn kernel_cluster_ip_node_port_no_endpoints_and_endpoint_removal() {
         assert!(["b2", "b3", "b4"].contains(&body.as_str()), "{body}");
     }
 
+    // The ClusterIP from outside the node (routed through it): masqueraded too, by the one
+    // rule over the cluster-ips set (else the backend would answer the client directly).
+    for _ in 0..6 {
+        let body = net
+            .get_from_outside("10.96.0.10:80")
+            .unwrap_or_else(|e| panic!("ClusterIP from outside: {e}"));
+        assert!(["b2", "b3", "b4"].contains(&body.as_str()), "{body}");
+    }
+
     // Removing an endpoint: no new connection reaches it.
     proxier
         .sync(&snapshot(vec![

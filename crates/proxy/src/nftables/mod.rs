@@ -31,7 +31,8 @@
 //!   rejected (`cluster-ips` set);
 //! - masquerading: services mark packets (`mark-for-masquerade`), `masquerading` SNATs the
 //!   marked ones in postrouting. ClusterIP traffic is marked when it comes from outside the
-//!   cluster CIDR, or always when no cluster CIDR is known.
+//!   cluster CIDR, or always when no cluster CIDR is known — by one rule in `services` over
+//!   the `cluster-ips` set, where kube-proxy has one per service chain.
 //!
 //! Syncs are incremental: the proxier remembers what each service port put in the table and
 //! sends one `nft -f -` transaction that adds, flushes and deletes only the chains, affinity

@@ -210,8 +210,6 @@ fn cluster_ip_with_three_endpoints() {
     assert_eq!(
         chain_rules(&tx, &chain),
         vec![
-            "ip daddr 10.96.0.10 tcp dport 80 ip saddr != 10.244.0.0/16 jump mark-for-masquerade"
-                .to_string(),
             format!("numgen random mod 3 == 0 goto {e1}"),
             format!("numgen random mod 2 == 0 goto {e2}"),
             format!("goto {e3}"),
@@ -253,9 +251,14 @@ fn masquerades_all_cluster_ip_traffic_without_a_cluster_cidr() {
         &mut p,
         &snapshot(vec![(svc, vec![endpoint("10.244.1.2", 80, "n1")])]),
     );
+    // Every connection to a ClusterIP is marked, by one rule for all of them.
     assert_eq!(
-        chain_rules(&tx, &svc_chain(&name))[0],
-        "ip daddr 10.96.0.10 tcp dport 80 jump mark-for-masquerade"
+        chain_rules(&tx, "services")[0],
+        "ip daddr @cluster-ips jump mark-for-masquerade"
+    );
+    assert_eq!(
+        chain_rules(&tx, &svc_chain(&name)),
+        vec![format!("goto {}", ep_chain(&name, "10.244.1.2", 80))]
     );
     // An unnamed port still makes a valid chain name.
     assert!(svc_chain(&name).ends_with("-default/web/tcp/"));
@@ -289,7 +292,7 @@ fn session_affinity_uses_per_endpoint_sets() {
     }
     // Known clients go back to their endpoint before the random pick.
     assert_eq!(
-        chain_rules(&tx, &svc_chain(&name))[1..],
+        chain_rules(&tx, &svc_chain(&name))[..],
         [
             format!("ip saddr @{s1} goto {e1}"),
             format!("ip saddr @{s2} goto {e2}"),
@@ -355,7 +358,7 @@ fn terminating_endpoints_serve_when_none_is_ready() {
     let tx = plan(&mut p, &snapshot(vec![(svc, vec![draining, gone])]));
     let e = ep_chain(&name, "10.244.1.2", 80);
     assert_eq!(
-        chain_rules(&tx, &svc_chain(&name))[1..],
+        chain_rules(&tx, &svc_chain(&name))[..],
         [format!("goto {e}")]
     );
     assert_not_mentioned(&tx, "10.244.1.3");
@@ -453,9 +456,9 @@ fn external_traffic_policy_local() {
         vec![format!("goto {local}")]
     );
     assert!(
-        chain_rules(&tx, &format!("service-{base}"))[1].starts_with("numgen random mod 3 == 0 ")
+        chain_rules(&tx, &format!("service-{base}"))[0].starts_with("numgen random mod 3 == 0 ")
     );
-    assert_eq!(chain_rules(&tx, &format!("service-{base}")).len(), 4);
+    assert_eq!(chain_rules(&tx, &format!("service-{base}")).len(), 3);
     assert_has(
         &tx,
         &format!("add element ip kube-proxy service-ips {{ 10.96.0.50 . tcp . 80 : goto service-{base}, 203.0.113.5 . tcp . 80 : goto external-{base} }}"),
@@ -577,8 +580,8 @@ fn ipv6_services_and_endpoints_are_ignored() {
     assert_not_mentioned(&tx, "fd00");
     assert_not_mentioned(&tx, "30600");
     assert_not_mentioned(&tx, "10.244.1.4");
-    assert_eq!(chain_rules(&tx, &svc_chain(&mixed)).len(), 2);
-    assert!(chain_rules(&tx, &svc_chain(&mixed))[1].starts_with("goto endpoint-"));
+    assert_eq!(chain_rules(&tx, &svc_chain(&mixed)).len(), 1);
+    assert!(chain_rules(&tx, &svc_chain(&mixed))[0].starts_with("goto endpoint-"));
 }
 
 #[test]
@@ -628,7 +631,6 @@ fn incremental_sync_sends_only_deltas() {
         vec![
             format!("flush chain ip kube-proxy {gone}"),
             format!("flush chain ip kube-proxy {chain}"),
-            format!("add rule ip kube-proxy {chain} ip daddr 10.96.0.10 tcp dport 80 ip saddr != 10.244.0.0/16 jump mark-for-masquerade"),
             format!("add rule ip kube-proxy {chain} numgen random mod 2 == 0 goto {e1}"),
             format!("add rule ip kube-proxy {chain} goto {e2}"),
             format!("delete chain ip kube-proxy {gone}"),
@@ -965,14 +967,14 @@ fn many_endpoints_are_picked_with_a_verdict_map() {
     let mut p = proxier(node(Some("10.244.0.0/16"), &[]));
     let tx = plan(&mut p, &snapshot(vec![(svc.clone(), eps.clone())]));
     let rules = chain_rules(&tx, &svc_chain(&name));
-    assert_eq!(rules.len(), 2, "{rules:?}");
+    assert_eq!(rules.len(), 1, "{rules:?}");
     let first = ep_chain(&name, "10.244.9.1", 8080);
     let last = ep_chain(&name, &format!("10.244.9.{n}"), 8080);
     assert!(
-        rules[1].starts_with(&format!("numgen random mod {n} vmap {{ 0 : goto {first}, "))
-            && rules[1].ends_with(&format!("{} : goto {last} }}", n - 1)),
+        rules[0].starts_with(&format!("numgen random mod {n} vmap {{ 0 : goto {first}, "))
+            && rules[0].ends_with(&format!("{} : goto {last} }}", n - 1)),
         "{}",
-        rules[1]
+        rules[0]
     );
 
     // At the limit, a cascade: one rule per endpoint, each less likely to be skipped.
@@ -983,8 +985,8 @@ fn many_endpoints_are_picked_with_a_verdict_map() {
         .collect();
     let tx = plan(&mut p, &snapshot(vec![(svc, eps)]));
     let rules = chain_rules(&tx, &svc_chain(&name));
-    assert_eq!(rules.len(), 1 + rules::CASCADE_MAX_ENDPOINTS);
-    for (i, rule) in rules[1..rules.len() - 1].iter().enumerate() {
+    assert_eq!(rules.len(), rules::CASCADE_MAX_ENDPOINTS);
+    for (i, rule) in rules[..rules.len() - 1].iter().enumerate() {
         let want = format!(
             "numgen random mod {} == 0 goto {}",
             rules::CASCADE_MAX_ENDPOINTS - i,
@@ -1016,7 +1018,7 @@ fn internal_local_external_cluster_sends_external_traffic_to_every_endpoint() {
         ),
     );
     assert_eq!(
-        chain_rules(&tx, &format!("local-{base}"))[1..],
+        chain_rules(&tx, &format!("local-{base}"))[..],
         [format!("goto {}", ep_chain(&name, "10.244.1.2", 8080))]
     );
     // NodePort: masquerade, then every endpoint in the cluster.
