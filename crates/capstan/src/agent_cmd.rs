@@ -59,19 +59,15 @@ pub struct AgentArgs {
     #[arg(long, default_value = "cluster.local")]
     cluster_domain: String,
 
-    /// The pod network between nodes: host-gw (routes through each node's address) or none
+    /// The pod network between nodes: vxlan (routes through the address of each node on a
+    /// connected network, a VXLAN overlay to the others), host-gw (routes only) or none
     /// (another network plugin does it).
-    #[arg(long, default_value = "host-gw")]
+    #[arg(long, default_value = "vxlan")]
     pod_network: String,
 }
 
 pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
-    if !["host-gw", "none"].contains(&args.pod_network.as_str()) {
-        anyhow::bail!(
-            "--pod-network {:?}: use host-gw or none (vxlan is not built yet)",
-            args.pod_network
-        );
-    }
+    pod_network_mode(&args.pod_network)?;
     let progress = Progress::new();
     let default_dir = crate::default_data_dir().join("agent");
     let data_dir = args.data_dir.clone().unwrap_or_else(|| default_dir.clone());
@@ -130,6 +126,16 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     std::process::exit(0)
 }
 
+/// `--pod-network`: how pods on other nodes are reached (None: not by capstan).
+fn pod_network_mode(value: &str) -> anyhow::Result<Option<capstan_proxy::podnet::Mode>> {
+    Ok(match value {
+        "vxlan" => Some(capstan_proxy::podnet::Mode::Vxlan),
+        "host-gw" => Some(capstan_proxy::podnet::Mode::HostGw),
+        "none" => None,
+        other => anyhow::bail!("--pod-network {other:?}: use vxlan, host-gw or none"),
+    })
+}
+
 async fn bring_up(
     args: &AgentArgs,
     data_dir: &Path,
@@ -150,11 +156,12 @@ async fn bring_up(
         k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(1);
     crate::node::start_kubelet(client.clone(), &endpoint, opts, running)?;
 
-    if args.pod_network == "host-gw" {
+    if let Some(mode) = pod_network_mode(&args.pod_network)? {
         let opts = capstan_proxy::podnet::Options {
             node_name: node_name.clone(),
             cluster_cidr: args.cluster_cidr.clone(),
             netns: None,
+            mode,
         };
         let c = client.clone();
         running.components.push(Component::spawn(
