@@ -1,7 +1,8 @@
 //! Several nodes on one machine: a control plane in the host's network namespace and three
-//! `capstan agent`s, each in a network namespace of its own on one bridge (the test bed of
-//! `capstan_testkit::netbed`), joined with a bootstrap token. Checks the whole service path
-//! of issue 9: pods on different nodes reach each other by IP (host-gw routes), cluster DNS
+//! `capstan agent`s, each in a network namespace of its own, two on one bridge and the third on a
+//! subnet of its own behind the host (the test bed of `capstan_testkit::netbed`), joined with a
+//! bootstrap token. Checks the whole service path of issue 9: pods on different nodes reach each
+//! other by IP (direct routes on the shared segment, VXLAN to the routed node), cluster DNS
 //! names a Service, the Service reaches every backend from every node (one node per proxy
 //! mode: iptables, nftables, userspace with exact round-robin), and a NodePort answers from
 //! the host.
@@ -187,7 +188,9 @@ fn three_agents_join_and_services_reach_pods_across_nodes() {
     }
 
     // Cluster DNS: `capstan dns` on node 0, behind the kube-dns Service.
-    let nodes: Vec<NodeNs> = (0..3).map(|_| bed.node()).collect();
+    // Nodes 0 and 1 share a segment (direct routes between them); node 2 is behind a router,
+    // reached through the VXLAN overlay.
+    let nodes: Vec<NodeNs> = vec![bed.node(), bed.node(), bed.routed_node()];
     let dns_ip = "10.43.0.10";
     let admin_bridge = write_kubeconfig_for(&server, &host, work.path());
     let dns = InNs::spawn(
@@ -367,6 +370,21 @@ spec:
         )
     };
 
+    // The pod network: direct routes between the nodes that share a segment, the overlay to
+    // and from the routed one.
+    let routes = |i: usize| {
+        nodes[i]
+            .exec(&["ip", "-4", "route", "show", "proto", "77"])
+            .unwrap_or_default()
+    };
+    let overlay = |i: usize| routes(i).matches("dev capstan.1 onlink").count();
+    wait_until("the pod network's routes", Duration::from_secs(30), || {
+        routes(0).contains(&format!("via {} dev eth0", nodes[1].ip))
+            && routes(1).contains(&format!("via {} dev eth0", nodes[0].ip))
+            && overlay(0) == 1
+            && overlay(1) == 1
+            && overlay(2) == 2
+    });
     // Pods on different nodes reach each other by IP.
     for i in 0..3 {
         let other = (i + 1) % 3;

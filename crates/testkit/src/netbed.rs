@@ -1,6 +1,8 @@
 //! A multi-node test bed on one machine: a Linux bridge in the host's network namespace and,
 //! per node, a network namespace linked to it by a veth pair, on one private /24 — the shape of
 //! a rack of machines on one L2 segment. The host side of the bridge has `.1`, nodes `.10` on.
+//! A node can also sit on a subnet of its own behind the host as a router
+//! ([`Bed::routed_node`]), as a machine elsewhere in a data centre would.
 //!
 //! Everything is named after the process and a counter, so that tests running in parallel don't
 //! collide, and everything is removed on drop (namespaces, veths, the bridge). The bridge does
@@ -121,6 +123,46 @@ impl Bed {
             "via",
             &self.host_ip().to_string(),
         ]);
+        inside(&["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
+        NodeNs { name: ns, ip }
+    }
+
+    /// Add a node on a network of its own, behind the host as its router — a machine in
+    /// another subnet, which the other nodes reach through routes, not on their segment: a
+    /// network namespace with `eth0` (`.10/24` of a /24 next to the bridge's, in 10.208.0.0/13)
+    /// linked to the host by a veth pair whose host end has `.1`; a default route through the
+    /// host, and IP forwarding on in both.
+    pub fn routed_node(&mut self) -> NodeNs {
+        let index = self.nodes.len();
+        let ns = format!("cn{}-{index}", self.tag);
+        let host_end = format!("cr{}-{index}", self.tag);
+        let net = [self.net[0], self.net[1] + 8, self.net[2]];
+        let gateway = Ipv4Addr::new(net[0], net[1], net[2], 1);
+        let ip = Ipv4Addr::new(net[0], net[1], net[2], 10);
+        must(&["ip", "netns", "add", &ns]);
+        self.nodes.push(ns.clone());
+        must(&[
+            "ip", "link", "add", &host_end, "type", "veth", "peer", "name", "eth0", "netns", &ns,
+        ]);
+        must(&[
+            "ip",
+            "addr",
+            "add",
+            &format!("{gateway}/24"),
+            "dev",
+            &host_end,
+        ]);
+        must(&["ip", "link", "set", &host_end, "up"]);
+        must(&["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
+        let inside = |args: &[&str]| {
+            let mut full = vec!["ip", "netns", "exec", &ns];
+            full.extend(args);
+            must(&full);
+        };
+        inside(&["ip", "link", "set", "lo", "up"]);
+        inside(&["ip", "addr", "add", &format!("{ip}/24"), "dev", "eth0"]);
+        inside(&["ip", "link", "set", "eth0", "up"]);
+        inside(&["ip", "route", "add", "default", "via", &gateway.to_string()]);
         inside(&["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
         NodeNs { name: ns, ip }
     }
