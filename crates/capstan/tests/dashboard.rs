@@ -119,12 +119,6 @@ impl Drop for Dashboard {
     }
 }
 
-/// The last `n` lines of a log.
-fn last_lines(log: &str, n: usize) -> String {
-    let lines: Vec<&str> = log.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
-}
-
 /// A service account's token; `cluster_admin` binds it to cluster-admin first.
 fn token(server: &Server, name: &str, cluster_admin: bool) -> String {
     server.ok(&["create", "serviceaccount", name, "-n", "default"]);
@@ -296,7 +290,7 @@ spec:
         String::from_utf8_lossy(&out.stderr),
         dashboard.log(),
         kubelet.log_tail(40),
-        last_lines(&server.log(), 40)
+        server.log_tail(40)
     );
 }
 

@@ -9,6 +9,7 @@ use std::fmt;
 use std::net::IpAddr;
 use std::sync::Arc;
 
+pub(crate) mod cidr;
 pub mod iptables;
 pub mod model;
 pub mod netns;

@@ -33,8 +33,11 @@ use anyhow::Context;
 use capstan_runtime::Informers;
 use k8s_openapi::api::core::v1::Node;
 
+use crate::cidr::Cidr;
+
 /// The `proto` number of capstan's routes.
 pub const ROUTE_PROTO: &str = "77";
+const NO_NAT_COMMENT: &str = "capstan: pod to pod without NAT";
 /// The VXLAN device (flannel's is `flannel.1`).
 pub const VXLAN_DEVICE: &str = "capstan.1";
 const VXLAN_VNI: &str = "1";
@@ -67,19 +70,15 @@ pub struct Vtep {
 impl Vtep {
     /// The VTEP of a node with this address and (IPv4) pod CIDR.
     pub fn of(node_ip: Ipv4Addr, pod_cidr: &str) -> Option<Vtep> {
-        let (net, len) = pod_cidr.split_once('/')?;
-        let net: Ipv4Addr = net.parse().ok()?;
-        let len: u32 = len.parse().ok().filter(|l| *l <= 32)?;
-        let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
+        let cidr = Cidr::parse(pod_cidr)?;
         let [a, b, c, d] = node_ip.octets();
         Some(Vtep {
             node_ip,
-            addr: Ipv4Addr::from(u32::from(net) & mask),
+            addr: cidr.addr,
             mac: format!("{VTEP_MAC_PREFIX}{a:02x}:{b:02x}:{c:02x}:{d:02x}"),
         })
     }
 }
-const NO_NAT_COMMENT: &str = "capstan: pod to pod without NAT";
 
 /// Options of the pod network.
 #[derive(Clone, Debug, Default)]
@@ -328,17 +327,21 @@ impl Host {
     fn overlay(&self, local: &Vtep, peers: &BTreeMap<&str, Vtep>) -> anyhow::Result<()> {
         let local_ip = local.node_ip.to_string();
         // A device made for another address or MAC (the node's address changed) is remade.
-        if let Ok(shown) = self.run("ip", &["-d", "link", "show", VXLAN_DEVICE]) {
-            let words: Vec<&str> = shown.split_whitespace().collect();
-            let same = words.windows(2).any(|w| w == ["local", local_ip.as_str()])
-                && words
-                    .windows(2)
-                    .any(|w| w == ["link/ether", local.mac.as_str()]);
-            if !same {
-                self.run("ip", &["link", "del", VXLAN_DEVICE])?;
+        let usable = match self.run("ip", &["-d", "link", "show", VXLAN_DEVICE]) {
+            Err(_) => false,
+            Ok(shown) => {
+                let words: Vec<&str> = shown.split_whitespace().collect();
+                let same = words.windows(2).any(|w| w == ["local", local_ip.as_str()])
+                    && words
+                        .windows(2)
+                        .any(|w| w == ["link/ether", local.mac.as_str()]);
+                if !same {
+                    self.run("ip", &["link", "del", VXLAN_DEVICE])?;
+                }
+                same
             }
-        }
-        if !self.has_vxlan_device() {
+        };
+        if !usable {
             let mut add = vec![
                 "link",
                 "add",

@@ -97,34 +97,30 @@ impl Bed {
     /// Add a node: a network namespace with `eth0` on the bridge (address `.10 + index`),
     /// loopback up, a default route through the host, and IP forwarding on.
     pub fn node(&mut self) -> NodeNs {
+        let ip = Ipv4Addr::new(
+            self.net[0],
+            self.net[1],
+            self.net[2],
+            10 + self.nodes.len() as u8,
+        );
+        let (ns, host_end) = self.new_namespace("cv");
+        must(&["ip", "link", "set", &host_end, "master", &self.bridge, "up"]);
+        configure(&ns, ip, self.host_ip());
+        NodeNs { name: ns, ip }
+    }
+
+    /// A new namespace for the next node, with a veth pair whose `eth0` end is inside; returns
+    /// the namespace and the host end's name (`<prefix><tag>-<index>`).
+    fn new_namespace(&mut self, host_prefix: &str) -> (String, String) {
         let index = self.nodes.len();
         let ns = format!("cn{}-{index}", self.tag);
-        let host_end = format!("cv{}-{index}", self.tag);
-        let ip = Ipv4Addr::new(self.net[0], self.net[1], self.net[2], 10 + index as u8);
+        let host_end = format!("{host_prefix}{}-{index}", self.tag);
         must(&["ip", "netns", "add", &ns]);
         self.nodes.push(ns.clone());
         must(&[
             "ip", "link", "add", &host_end, "type", "veth", "peer", "name", "eth0", "netns", &ns,
         ]);
-        must(&["ip", "link", "set", &host_end, "master", &self.bridge, "up"]);
-        let inside = |args: &[&str]| {
-            let mut full = vec!["ip", "netns", "exec", &ns];
-            full.extend(args);
-            must(&full);
-        };
-        inside(&["ip", "link", "set", "lo", "up"]);
-        inside(&["ip", "addr", "add", &format!("{ip}/24"), "dev", "eth0"]);
-        inside(&["ip", "link", "set", "eth0", "up"]);
-        inside(&[
-            "ip",
-            "route",
-            "add",
-            "default",
-            "via",
-            &self.host_ip().to_string(),
-        ]);
-        inside(&["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
-        NodeNs { name: ns, ip }
+        (ns, host_end)
     }
 
     /// Add a node on a network of its own, behind the host as its router — a machine in
@@ -133,17 +129,10 @@ impl Bed {
     /// linked to the host by a veth pair whose host end has `.1`; a default route through the
     /// host, and IP forwarding on in both.
     pub fn routed_node(&mut self) -> NodeNs {
-        let index = self.nodes.len();
-        let ns = format!("cn{}-{index}", self.tag);
-        let host_end = format!("cr{}-{index}", self.tag);
+        let (ns, host_end) = self.new_namespace("cr");
         let net = [self.net[0], self.net[1] + 8, self.net[2]];
         let gateway = Ipv4Addr::new(net[0], net[1], net[2], 1);
         let ip = Ipv4Addr::new(net[0], net[1], net[2], 10);
-        must(&["ip", "netns", "add", &ns]);
-        self.nodes.push(ns.clone());
-        must(&[
-            "ip", "link", "add", &host_end, "type", "veth", "peer", "name", "eth0", "netns", &ns,
-        ]);
         must(&[
             "ip",
             "addr",
@@ -154,18 +143,24 @@ impl Bed {
         ]);
         must(&["ip", "link", "set", &host_end, "up"]);
         must(&["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
-        let inside = |args: &[&str]| {
-            let mut full = vec!["ip", "netns", "exec", &ns];
-            full.extend(args);
-            must(&full);
-        };
-        inside(&["ip", "link", "set", "lo", "up"]);
-        inside(&["ip", "addr", "add", &format!("{ip}/24"), "dev", "eth0"]);
-        inside(&["ip", "link", "set", "eth0", "up"]);
-        inside(&["ip", "route", "add", "default", "via", &gateway.to_string()]);
-        inside(&["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
+        configure(&ns, ip, gateway);
         NodeNs { name: ns, ip }
     }
+}
+
+/// Inside node namespace `ns`: loopback up, `eth0` with `ip/24` and up, a default route
+/// through `gateway`, IP forwarding on.
+fn configure(ns: &str, ip: Ipv4Addr, gateway: Ipv4Addr) {
+    let inside = |args: &[&str]| {
+        let mut full = vec!["ip", "netns", "exec", ns];
+        full.extend(args);
+        must(&full);
+    };
+    inside(&["ip", "link", "set", "lo", "up"]);
+    inside(&["ip", "addr", "add", &format!("{ip}/24"), "dev", "eth0"]);
+    inside(&["ip", "link", "set", "eth0", "up"]);
+    inside(&["ip", "route", "add", "default", "via", &gateway.to_string()]);
+    inside(&["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
 }
 
 impl Default for Bed {

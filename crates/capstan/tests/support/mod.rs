@@ -127,7 +127,7 @@ impl Server {
             out.status.success(),
             "kubectl {args:?} failed:\n{}\n{}",
             String::from_utf8_lossy(&out.stderr),
-            self.log_tail()
+            self.log_tail(20)
         );
         String::from_utf8(out.stdout).unwrap()
     }
@@ -193,10 +193,9 @@ impl Server {
         nodes
     }
 
-    fn log_tail(&self) -> String {
-        let log = self.log();
-        let lines: Vec<&str> = log.lines().collect();
-        lines[lines.len().saturating_sub(20)..].join("\n")
+    /// The last `lines` lines of the server's log.
+    pub fn log_tail(&self, lines: usize) -> String {
+        last_lines(&self.log(), lines)
     }
 
     /// Stop the server (SIGTERM-like: kill) and wait.
@@ -305,9 +304,7 @@ impl Kubelet {
 
     /// The last `lines` lines of the kubelet's log.
     pub fn log_tail(&self, lines: usize) -> String {
-        let log = self.log();
-        let all: Vec<&str> = log.lines().collect();
-        all[all.len().saturating_sub(lines)..].join("\n")
+        last_lines(&self.log(), lines)
     }
 
     /// The port of the kubelet's HTTPS server.
@@ -631,4 +628,10 @@ pub fn unique_cluster_cidr() -> String {
         }
     }
     format!("10.{}.0.0/16", 100 + n)
+}
+
+/// The last `n` lines of a log.
+pub fn last_lines(log: &str, n: usize) -> String {
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
 }

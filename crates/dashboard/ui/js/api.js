@@ -128,7 +128,8 @@ export async function stream(path, { accept = 'application/json', signal, onLine
   }
 }
 
-const sleep = (ms, signal) => new Promise((resolve) => {
+// Resolves after `ms`, or at once when `signal` aborts.
+export const sleep = (ms, signal) => new Promise((resolve) => {
   const t = setTimeout(resolve, ms);
   if (signal) signal.addEventListener('abort', () => { clearTimeout(t); resolve(); }, { once: true });
 });

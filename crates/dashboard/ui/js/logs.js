@@ -1,6 +1,6 @@
 // A pod's logs: pick a container, follow the stream (`?follow=true`) as it is written.
 
-import { ApiError, request, stream, withQuery } from './api.js';
+import { ApiError, request, sleep as wait, stream, withQuery } from './api.js';
 import { errorBox, h, replace } from './dom.js';
 
 // Keep at most this much text in the page.
@@ -162,8 +162,3 @@ export async function followLog(path, query, { signal, show, onState = () => {},
     }
   }
 }
-
-const wait = (ms, signal) => new Promise((resolve) => {
-  const t = setTimeout(resolve, ms);
-  if (signal) signal.addEventListener('abort', () => { clearTimeout(t); resolve(); }, { once: true });
-});
