@@ -17,6 +17,18 @@ pub trait Objects: Send + Sync {
     /// One object, `ns` empty for cluster-scoped resources.
     fn get(&self, group: &str, resource: &str, ns: &str, name: &str) -> Option<Value>;
 
+    /// One object as the store has it now (not the cache): for the rare decisions that
+    /// must not act on a cache that lags a write the client has already seen.
+    async fn get_current(
+        &self,
+        group: &str,
+        resource: &str,
+        ns: &str,
+        name: &str,
+    ) -> ApiResult<Option<Value>> {
+        Ok(self.get(group, resource, ns, name))
+    }
+
     /// Every object of a resource in `ns` (empty: all namespaces), sorted by namespace/name.
     fn list(&self, group: &str, resource: &str, ns: &str) -> Vec<Value>;
 

@@ -53,6 +53,23 @@ impl Objects for ApiServer {
         Self::value(&obj, resource)
     }
 
+    async fn get_current(
+        &self,
+        group: &str,
+        resource: &str,
+        ns: &str,
+        name: &str,
+    ) -> ApiResult<Option<Value>> {
+        let Some(reg) = self.storage_registry(group, resource) else {
+            return Ok(None);
+        };
+        match reg.get(ns, name).await {
+            Ok(w) => Ok(Some(w.value)),
+            Err(e) if e.code == 404 => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     fn list(&self, group: &str, resource: &str, ns: &str) -> Vec<Value> {
         let Some(reg) = self.storage_registry(group, resource) else {
             return Vec::new();

@@ -54,7 +54,7 @@ impl Plugin for NodeRestriction {
         let r = Request { a, node, obj, old };
         match (a.info.group, a.info.plural) {
             ("", "pods") => match a.subresource {
-                "" => r.pod(),
+                "" => r.pod().await,
                 "status" => r.pod_status(),
                 "eviction" => r.pod_eviction(),
                 sub => Err(r.deny(format!(
@@ -98,10 +98,10 @@ impl Request<'_, '_> {
             .ok_or_else(|| ApiError::not_found(self.a.info, name))
     }
 
-    fn pod(&self) -> ApiResult<()> {
+    async fn pod(&self) -> ApiResult<()> {
         let node = self.node;
         match self.a.operation {
-            Operation::Create => self.mirror_pod_create(),
+            Operation::Create => self.mirror_pod_create().await,
             Operation::Delete => {
                 let pod = self.existing_pod(self.a.name)?;
                 if str_at(&pod, "/spec/nodeName") != node {
@@ -118,7 +118,7 @@ impl Request<'_, '_> {
         }
     }
 
-    fn mirror_pod_create(&self) -> ApiResult<()> {
+    async fn mirror_pod_create(&self) -> ApiResult<()> {
         let node = self.node;
         let Some(pod) = self.obj else { return Ok(()) };
         if !is_mirror_pod(pod) {
@@ -138,7 +138,7 @@ impl Request<'_, '_> {
                     "node \"{node}\" can only create pods with an owner reference set to itself"
                 )))
             }
-            [owner] => self.check_owner(owner)?,
+            [owner] => self.check_owner(owner).await?,
             _ => {
                 return Err(self.deny(format!(
                 "node \"{node}\" can only create pods with a single owner reference set to itself"
@@ -177,7 +177,7 @@ impl Request<'_, '_> {
     }
 
     /// A mirror pod's one owner must be its Node, as controller, without blockOwnerDeletion.
-    fn check_owner(&self, owner: &Value) -> ApiResult<()> {
+    async fn check_owner(&self, owner: &Value) -> ApiResult<()> {
         let node = self.node;
         if str_at(owner, "/apiVersion") != "v1"
             || str_at(owner, "/kind") != "Node"
@@ -197,14 +197,22 @@ impl Request<'_, '_> {
                 "node \"{node}\" must not set blockOwnerDeletion on an owner reference"
             )));
         }
-        let Some(node_obj) = self.a.objects.get("", "nodes", "", node) else {
+        // As Kubernetes, a live read: a kubelet creates its mirror pods right after it
+        // registered its Node, before the cache may have seen it (or a re-created one).
+        let got = str_at(owner, "/uid");
+        let cached = self.a.objects.get("", "nodes", "", node);
+        let node_obj = match cached {
+            Some(n) if capstan_api::meta::uid(&n) == got => Some(n),
+            _ => self.a.objects.get_current("", "nodes", "", node).await?,
+        };
+        let Some(node_obj) = node_obj else {
             return Err(ApiError::new(
                 404,
                 "NotFound",
                 format!("nodes \"{node}\" not found"),
             ));
         };
-        let (want, got) = (capstan_api::meta::uid(&node_obj), str_at(owner, "/uid"));
+        let want = capstan_api::meta::uid(&node_obj);
         if want != got {
             return Err(self.deny(format!(
                 "node {node} UID mismatch: expected {want} got {got}"

@@ -283,6 +283,16 @@ impl Objects for LaggingCache {
         self.snapshot.pods_on_node(node)
     }
 
+    async fn get_current(
+        &self,
+        group: &str,
+        resource: &str,
+        ns: &str,
+        name: &str,
+    ) -> ApiResult<Option<Value>> {
+        Ok(self.live.get(group, resource, ns, name))
+    }
+
     async fn update(
         &self,
         group: &str,
@@ -829,6 +839,60 @@ async fn nodes_may_only_modify_themselves_and_not_their_taints_or_role_labels() 
         json!([]),
     );
     r.run(Some(fine), Some(&old)).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_mirror_pod_may_name_a_node_the_cache_has_not_seen_yet() {
+    // The kubelet registers its Node and at once creates its mirror pods: the cache may not
+    // have the Node yet, or may still hold the one it replaced (another UID).
+    let objects = LaggingCache {
+        snapshot: cluster(),
+        live: cluster(),
+    };
+    let user = node_user("n1");
+    let a = Attributes {
+        user: &user,
+        operation: Operation::Create,
+        info: catalogue::find("", "v1", "pods").unwrap(),
+        subresource: "",
+        namespace: "default",
+        name: "",
+        dry_run: false,
+        objects: &objects,
+    };
+    let mut mirror = pod("static", json!([container("a", json!({}))]));
+    mirror["metadata"]["annotations"] = json!({"kubernetes.io/config.mirror": "hash"});
+    mirror["spec"]["nodeName"] = json!("n1");
+    mirror["metadata"]["ownerReferences"] = json!([{"apiVersion": "v1", "kind": "Node",
+        "name": "n1", "uid": "uid-2", "controller": true}]);
+    use super::Plugin;
+    let plugin = super::noderestriction::NodeRestriction;
+    let e = plugin
+        .admit(&a, Some(&mut mirror.clone()), None)
+        .await
+        .unwrap_err();
+    assert_eq!((e.code, e.message.as_str()), (404, "nodes \"n1\" not found"));
+
+    let mut old = node_obj("n1", json!({}), json!([]));
+    objects.snapshot.insert("", "nodes", old.clone());
+    old["metadata"]["uid"] = json!("uid-2");
+    objects.live.insert("", "nodes", old);
+    plugin
+        .admit(&a, Some(&mut mirror.clone()), None)
+        .await
+        .unwrap();
+    // A UID that neither has is still refused.
+    mirror["metadata"]["ownerReferences"][0]["uid"] = json!("uid-3");
+    let msg = forbidden_message(
+        plugin
+            .admit(&a, Some(&mut mirror.clone()), None)
+            .await
+            .map(|_| Value::Null),
+    );
+    assert_eq!(
+        msg,
+        "pods \"static\" is forbidden: node n1 UID mismatch: expected uid-2 got uid-3"
+    );
 }
 
 #[tokio::test]
