@@ -871,7 +871,10 @@ async fn a_mirror_pod_may_name_a_node_the_cache_has_not_seen_yet() {
         .admit(&a, Some(&mut mirror.clone()), None)
         .await
         .unwrap_err();
-    assert_eq!((e.code, e.message.as_str()), (404, "nodes \"n1\" not found"));
+    assert_eq!(
+        (e.code, e.message.as_str()),
+        (404, "nodes \"n1\" not found")
+    );
 
     let mut old = node_obj("n1", json!({}), json!([]));
     objects.snapshot.insert("", "nodes", old.clone());
