@@ -1,5 +1,6 @@
 //! `capstan`: the one binary. This file only parses the command line and wires components.
 
+use std::ffi::c_int;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
@@ -25,26 +26,45 @@ mod up_cmd;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// mimalloc's `arena_eager_commit` option (`mi_option_arena_eager_commit` of mimalloc.h).
-const MI_OPTION_ARENA_EAGER_COMMIT: std::ffi::c_int = 4;
+/// mimalloc's options this binary sets (indices of `mi_option_t` in the mimalloc.h that
+/// libmimalloc-sys vendors; the `allocator` test in tests/operate.rs checks their effect).
+const MI_OPTION_ARENA_EAGER_COMMIT: c_int = 4;
+const MI_OPTION_ALLOW_THP: c_int = 43;
 
 unsafe extern "C" {
     /// mimalloc's own; the `mimalloc` crate links it (its `extended` feature would only
     /// declare it again).
-    fn mi_option_set(option: std::ffi::c_int, value: std::ffi::c_long);
+    fn mi_option_set(option: c_int, value: std::ffi::c_long);
+    fn getenv(name: *const std::ffi::c_char) -> *mut std::ffi::c_char;
 }
 
-/// On Linux mimalloc commits its arenas up front by default, and freed memory then stayed
-/// resident: about twice the anonymous memory for the same work (release build, RssAnon:
-/// `capstan up` idle 44 -> 24 MB, the kubelet with 100 pods 39 -> 19 MB). The environment
-/// (MIMALLOC_ARENA_EAGER_COMMIT) still decides when set.
-fn tune_allocator() {
-    if std::env::var_os("MIMALLOC_ARENA_EAGER_COMMIT").is_none() {
-        // SAFETY: called first in main, before any other thread exists; mimalloc reads the
-        // option when it reserves its next arena.
-        unsafe { mi_option_set(MI_OPTION_ARENA_EAGER_COMMIT, 0) };
+/// Two mimalloc defaults cost memory and buy nothing here:
+/// - it asks for transparent huge pages for its arenas, so one small allocation made a
+///   2 MiB page resident: `capstan up` idle held 30 MB of huge pages for a heap of 14 MB
+///   (RssAnon 41 -> 18 MB without them, release build);
+/// - it commits arenas up front, and freed memory then stayed resident.
+///
+/// The environment (MIMALLOC_ALLOW_THP, MIMALLOC_ARENA_EAGER_COMMIT) still decides when
+/// set. This runs from `.init_array`, before Rust's runtime makes the first allocation
+/// (mimalloc reserves its first arena then), and allocates nothing itself.
+extern "C" fn tune_allocator() {
+    for (var, option) in [
+        (c"MIMALLOC_ALLOW_THP", MI_OPTION_ALLOW_THP),
+        (c"MIMALLOC_ARENA_EAGER_COMMIT", MI_OPTION_ARENA_EAGER_COMMIT),
+    ] {
+        // SAFETY: runs before main, single-threaded; getenv reads the environment the
+        // loader set up and mi_option_set stores into mimalloc's static option table.
+        unsafe {
+            if getenv(var.as_ptr()).is_null() {
+                mi_option_set(option, 0);
+            }
+        }
     }
 }
+
+#[used]
+#[link_section = ".init_array"]
+static TUNE_ALLOCATOR: extern "C" fn() = tune_allocator;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -137,7 +157,6 @@ fn init_logging(filter: &str, format: LogFormat) {
 }
 
 fn main() {
-    tune_allocator();
     let cli = Cli::parse();
     let default_level = match cli.command {
         Command::Up(_) => "warn",
