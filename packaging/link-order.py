@@ -65,8 +65,9 @@ def main():
     ap.add_argument("--idle", type=int, default=60, help="seconds to idle after Ready")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "crates",
                                                   "capstan", "link-order.txt"))
-    ap.add_argument("up_args", nargs="*")
-    a = ap.parse_args()
+    argv = sys.argv[1:]
+    up_args = argv[argv.index("--") + 1:] if "--" in argv else []
+    a = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     work = tempfile.mkdtemp(prefix="capstan-link-order-")
     binary = os.path.join(work, "capstan")
     shutil.copy(a.binary, binary)
@@ -80,7 +81,7 @@ def main():
     try:
         data = os.path.join(work, "data")
         log = open(os.path.join(work, "up.log"), "w")
-        p = subprocess.Popen([binary, "up", "--data-dir", data, *a.up_args],
+        p = subprocess.Popen([binary, "up", "--data-dir", data, *up_args],
                              stdout=log, stderr=subprocess.STDOUT,
                              env={**os.environ, "HOME": work})
         deadline = time.time() + 120
