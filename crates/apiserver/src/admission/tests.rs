@@ -312,6 +312,20 @@ impl Objects for LaggingCache {
     }
 }
 
+/// A Pod create in `default` by `user`, for calling one plugin directly.
+fn pod_create<'a>(user: &'a User, objects: &'a dyn Objects) -> Attributes<'a> {
+    Attributes {
+        user,
+        operation: Operation::Create,
+        info: catalogue::find("", "v1", "pods").unwrap(),
+        subresource: "",
+        namespace: "default",
+        name: "",
+        dry_run: false,
+        objects,
+    }
+}
+
 #[tokio::test]
 async fn quota_charges_check_the_stored_status_not_the_cache() {
     let objects = LaggingCache {
@@ -322,16 +336,7 @@ async fn quota_charges_check_the_stored_status_not_the_cache() {
         o.insert("", "resourcequotas", quota(json!({"pods": "1"})));
     }
     let user = admin();
-    let a = Attributes {
-        user: &user,
-        operation: Operation::Create,
-        info: catalogue::find("", "v1", "pods").unwrap(),
-        subresource: "",
-        namespace: "default",
-        name: "",
-        dry_run: false,
-        objects: &objects,
-    };
+    let a = pod_create(&user, &objects);
     let plugin = super::resourcequota::ResourceQuota;
     let p = |n: &str| pod(n, json!([container("c", json!({}))]));
     use super::Plugin;
@@ -850,16 +855,7 @@ async fn a_mirror_pod_may_name_a_node_the_cache_has_not_seen_yet() {
         live: cluster(),
     };
     let user = node_user("n1");
-    let a = Attributes {
-        user: &user,
-        operation: Operation::Create,
-        info: catalogue::find("", "v1", "pods").unwrap(),
-        subresource: "",
-        namespace: "default",
-        name: "",
-        dry_run: false,
-        objects: &objects,
-    };
+    let a = pod_create(&user, &objects);
     let mut mirror = pod("static", json!([container("a", json!({}))]));
     mirror["metadata"]["annotations"] = json!({"kubernetes.io/config.mirror": "hash"});
     mirror["spec"]["nodeName"] = json!("n1");
