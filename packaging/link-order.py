@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Write crates/capstan/link-order.txt: the functions a `capstan up` cluster runs while it
+"""Write crates/capstan/link-order.fc: the functions a `capstan up` cluster runs while it
 starts and then idles, for release builds to lay out together (crates/capstan/build.rs).
 
     sudo packaging/link-order.py target/release/capstan [--idle 60] [--out FILE] [-- UP ARGS]
@@ -64,7 +64,7 @@ def main():
     ap.add_argument("binary")
     ap.add_argument("--idle", type=int, default=60, help="seconds to idle after Ready")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "crates",
-                                                  "capstan", "link-order.txt"))
+                                                  "capstan", "link-order.fc"))
     argv = sys.argv[1:]
     up_args = argv[argv.index("--") + 1:] if "--" in argv else []
     a = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
@@ -96,8 +96,14 @@ def main():
         p.wait(timeout=60)
     finally:
         open(ra_file, "w").write(ra)
+    # Front-coded (crates/capstan/build.rs decodes it): the bytes shared with the line
+    # before, then the rest.
     with open(a.out, "w") as f:
-        f.writelines(n + "\n" for n in names)
+        prev = ""
+        for n in names:
+            k = len(os.path.commonprefix([prev, n]))
+            f.write(f"{k} {n[k:]}\n")
+            prev = n
     print(f"{pages} pages of code ran ({pages * 4} kB); {len(names)} functions -> {a.out}")
     shutil.rmtree(work, ignore_errors=True)
 
