@@ -44,6 +44,13 @@ impl Latencies {
         self.nanos.len()
     }
 
+    /// The nearest-rank percentile `p` (0..=1), in milliseconds, without consuming the samples.
+    pub fn percentile_ms(&self, p: f64) -> f64 {
+        let mut sorted = self.nanos.clone();
+        sorted.sort_unstable();
+        to_ms(percentile(&sorted, p))
+    }
+
     /// Sort the samples and read the percentiles off them.
     pub fn summary(mut self) -> Summary {
         self.nanos.sort_unstable();

@@ -6,6 +6,7 @@
 pub mod api;
 pub mod auth;
 pub mod controllers;
+pub mod density;
 pub mod dns;
 mod duration;
 pub mod hollow;
@@ -45,6 +46,10 @@ pub enum BenchCommand {
     Scheduler(scheduler::SchedulerArgs),
     /// How fast the controllers create what a scaled Deployment asks for, and their memory.
     Controllers(controllers::ControllersArgs),
+    /// Kubernetes' density test: pods for every node through Deployments, churn, and the run
+    /// judged by Kubernetes' SLOs (API call latency, pod start-up) with the control plane's
+    /// CPU and memory.
+    Density(density::DensityArgs),
     /// Hollow nodes: Nodes that register, heartbeat and "run" their pods without containers,
     /// to exercise a control plane with many nodes.
     Nodes(nodes::NodesArgs),
@@ -77,6 +82,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::Nodes(args) => nodes::run(args).await,
         BenchCommand::Hollow(args) => hollow::run(args).await,
         BenchCommand::Controllers(args) => controllers::run(args).await,
+        BenchCommand::Density(args) => density::run(args).await,
         BenchCommand::Podstartup(args) => podstartup::run(args).await,
         BenchCommand::Dns(args) => dns::run(args).await,
         BenchCommand::Proxy(args) => proxy::run(args).await,

@@ -109,6 +109,7 @@ pub async fn run(args: NodesArgs) -> Result<()> {
             .collect(),
         started: Mutex::new(HashSet::new()),
         next_ip: Mutex::new(HashMap::new()),
+        pod_cidrs: Mutex::new(HashMap::new()),
         start_delay: args.start_delay,
     });
     kubelet.run().await
@@ -237,6 +238,8 @@ struct Kubelet {
     /// Pods (by uid) this kubelet has started.
     started: Mutex<HashSet<String>>,
     next_ip: Mutex<HashMap<String, u32>>,
+    /// Pod CIDRs of the nodes, once assigned (read once, not per pod).
+    pod_cidrs: Mutex<HashMap<String, String>>,
     start_delay: Duration,
 }
 
@@ -304,12 +307,25 @@ impl Kubelet {
             *c += 1;
             *c
         };
-        let nodes: Api<Node> = Api::all(self.client.clone());
-        let cidr = nodes
-            .get(node)
-            .await
-            .ok()
-            .and_then(|n| n.spec.and_then(|s| s.pod_cidr));
+        let known = self.pod_cidrs.lock().unwrap().get(node).cloned();
+        let cidr = match known {
+            Some(c) => Some(c),
+            None => {
+                let nodes: Api<Node> = Api::all(self.client.clone());
+                let cidr = nodes
+                    .get(node)
+                    .await
+                    .ok()
+                    .and_then(|n| n.spec.and_then(|s| s.pod_cidr));
+                if let Some(c) = &cidr {
+                    self.pod_cidrs
+                        .lock()
+                        .unwrap()
+                        .insert(node.to_string(), c.clone());
+                }
+                cidr
+            }
+        };
         let host = n % 253 + 1;
         if let Some(base) = cidr.as_deref().and_then(|c| c.split('/').next()) {
             let o: Vec<&str> = base.split('.').collect();

@@ -14,7 +14,7 @@ use crate::plot::{short_number, BarChart};
 
 #[derive(clap::Args, Debug)]
 pub struct ReportArgs {
-    /// A file of JSON lines from `capstan bench store|api|dns --json`, as `FILE` or
+    /// A file of JSON lines from `capstan bench store|api|dns|density --json`, as `FILE` or
     /// `LABEL=FILE` (the label names the system measured, e.g. `kubernetes=k8s.jsonl`; it
     /// prefixes each line's own backend or label). Repeatable.
     #[arg(long = "input", required = true, value_name = "[LABEL=]FILE")]
@@ -95,6 +95,17 @@ pub fn row(label: Option<&str>, v: Value) -> Result<Row> {
             format!("queries, {} in flight", num("concurrency").unwrap_or(0.0)),
             num("queries_per_s"),
         )
+    } else if v.get("benchmark").and_then(Value::as_str) == Some("density") {
+        (
+            "density",
+            text("label"),
+            format!(
+                "{} pods on {} nodes",
+                num("pods").unwrap_or(0.0),
+                num("nodes").unwrap_or(0.0)
+            ),
+            num("pods_per_s"),
+        )
     } else if v.get("http").is_some() {
         let clients = num("clients").unwrap_or(0.0);
         (
@@ -118,7 +129,7 @@ pub fn row(label: Option<&str>, v: Value) -> Result<Row> {
             num("writes_per_s").or(num("ops_per_s")),
         )
     } else {
-        bail!("not a line of capstan bench store, api or dns: {v}");
+        bail!("not a line of capstan bench store, api, dns or density: {v}");
     };
     let series = match (label, own) {
         (Some(l), Some(o)) if l != o => format!("{l} {o}"),
@@ -304,6 +315,31 @@ mod tests {
             ("dns", "capstan", "queries, 16 in flight")
         );
         assert_eq!(d.p90_ms, Some(0.5));
+        let run = crate::density::DensityResult {
+            nodes: 100,
+            pods: 3000,
+            all_running_seconds: 2.0,
+            startup: crate::density::StartupSummary {
+                count: 3000,
+                p50_ms: 800.0,
+                p90_ms: 1200.0,
+                p99_ms: 1900.0,
+            },
+            control_plane: crate::density::ControlPlane {
+                metrics_peak_rss_bytes: Some(209715200.0),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let n = row(Some("capstan"), run.json("capstan")).unwrap();
+        assert_eq!(
+            (n.benchmark.as_str(), n.series.as_str(), n.workload.as_str()),
+            ("density", "capstan", "3000 pods on 100 nodes")
+        );
+        assert_eq!(
+            (n.throughput, n.p99_ms, n.rss_mb),
+            (Some(1500.0), Some(1900.0), Some(200.0))
+        );
         assert!(row(None, json!({"what": 1})).is_err());
     }
 

@@ -84,6 +84,12 @@ impl Server {
         self.dir.path().join("admin.kubeconfig")
     }
 
+    /// The server's process id.
+    #[allow(dead_code)]
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The API server's port.
     #[allow(dead_code)]
     pub fn port(&self) -> u16 {
