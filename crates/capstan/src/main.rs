@@ -1,5 +1,6 @@
 //! `capstan`: the one binary. This file only parses the command line and wires components.
 
+#[cfg(not(feature = "system-allocator"))]
 use std::ffi::c_int;
 use std::path::PathBuf;
 
@@ -22,15 +23,21 @@ mod token_cmd;
 mod up_cmd;
 
 /// The server allocates and frees many small JSON values per request; mimalloc does that
-/// faster than the system allocator (figures in docs/apiserver.md).
+/// faster than the system allocator (figures in docs/apiserver.md). The `system-allocator`
+/// feature leaves it out, so that heap profilers that wrap malloc (heaptrack) see every
+/// allocation.
+#[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// mimalloc's options this binary sets (indices of `mi_option_t` in the mimalloc.h that
 /// libmimalloc-sys vendors; the `allocator` test in tests/operate.rs checks their effect).
+#[cfg(not(feature = "system-allocator"))]
 const MI_OPTION_ARENA_EAGER_COMMIT: c_int = 4;
+#[cfg(not(feature = "system-allocator"))]
 const MI_OPTION_ALLOW_THP: c_int = 43;
 
+#[cfg(not(feature = "system-allocator"))]
 unsafe extern "C" {
     /// mimalloc's own; the `mimalloc` crate links it (its `extended` feature would only
     /// declare it again).
@@ -47,6 +54,7 @@ unsafe extern "C" {
 /// The environment (MIMALLOC_ALLOW_THP, MIMALLOC_ARENA_EAGER_COMMIT) still decides when
 /// set. This runs from `.init_array`, before Rust's runtime makes the first allocation
 /// (mimalloc reserves its first arena then), and allocates nothing itself.
+#[cfg(not(feature = "system-allocator"))]
 extern "C" fn tune_allocator() {
     for (var, option) in [
         (c"MIMALLOC_ALLOW_THP", MI_OPTION_ALLOW_THP),
@@ -62,6 +70,7 @@ extern "C" fn tune_allocator() {
     }
 }
 
+#[cfg(not(feature = "system-allocator"))]
 #[used]
 #[link_section = ".init_array"]
 static TUNE_ALLOCATOR: extern "C" fn() = tune_allocator;

@@ -324,7 +324,7 @@ fn spawn_informers(client: &Client, tx: &mpsc::UnboundedSender<Input>) {
         watcher::watcher(pods, cfg).default_backoff(),
         tx.clone(),
         "pods",
-        |p| Input::Pod(Box::new(p)),
+        |p| Input::Pod(Box::new(slim_pod(p))),
         |p: &Pod| {
             Input::PodGone(format!(
                 "{}/{}",
@@ -339,7 +339,10 @@ fn spawn_informers(client: &Client, tx: &mpsc::UnboundedSender<Input>) {
         watcher::watcher(nodes, watcher::Config::default()).default_backoff(),
         tx.clone(),
         "nodes",
-        |n| Input::Node(Box::new(n)),
+        |mut n: Node| {
+            n.metadata.managed_fields = None;
+            Input::Node(Box::new(n))
+        },
         |n: &Node| Input::NodeGone(n.name_any()),
         Input::NodeGone,
     ));
@@ -371,6 +374,19 @@ fn spawn_informers(client: &Client, tx: &mpsc::UnboundedSender<Input>) {
             }
         }
     });
+}
+
+/// A pod without what scheduling never reads, as kube-scheduler's informers drop managed
+/// fields: the scheduler keeps every pod of the cluster, and a pod's managedFields (a tree of
+/// maps) and container statuses are most of its memory.
+fn slim_pod(mut pod: Pod) -> Pod {
+    pod.metadata.managed_fields = None;
+    if let Some(status) = pod.status.as_mut() {
+        status.container_statuses = None;
+        status.init_container_statuses = None;
+        status.ephemeral_container_statuses = None;
+    }
+    pod
 }
 
 /// Forward one watcher's events; after each (re)list, objects that vanished are reported gone.
@@ -438,4 +454,36 @@ pub fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "localhost".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slim_pod_keeps_what_scheduling_reads() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns", "labels": {"app": "a"},
+                         "managedFields": [{"manager": "m", "operation": "Update",
+                                            "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}}]},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i",
+                     "resources": {"requests": {"cpu": "1"}}}]},
+            "status": {"phase": "Running", "nominatedNodeName": "n2",
+                       "startTime": "2026-01-01T00:00:00Z",
+                       "conditions": [{"type": "PodScheduled", "status": "True"}],
+                       "containerStatuses": [{"name": "c", "image": "i", "imageID": "x",
+                                              "ready": true, "restartCount": 0}]},
+        }))
+        .unwrap();
+        let slim = slim_pod(pod.clone());
+        assert!(slim.metadata.managed_fields.is_none());
+        let status = slim.status.as_ref().unwrap();
+        assert!(status.container_statuses.is_none());
+        assert_eq!(status.phase.as_deref(), Some("Running"));
+        assert_eq!(status.nominated_node_name.as_deref(), Some("n2"));
+        assert_eq!(status.conditions.as_ref().map(Vec::len), Some(1));
+        assert!(status.start_time.is_some());
+        assert_eq!(slim.spec, pod.spec);
+        assert_eq!(slim.metadata.labels, pod.metadata.labels);
+    }
 }
