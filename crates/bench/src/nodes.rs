@@ -17,6 +17,7 @@ use anyhow::{Context, Result};
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::watcher::{self, Event};
@@ -203,22 +204,18 @@ fn conditions() -> serde_json::Value {
     ])
 }
 
-/// Renew the node's Lease every `interval`; post node status every minute (as a kubelet whose
+/// Renew the node's Lease every `interval` as a kubelet does (an update of the Lease it last
+/// wrote, read again only after a failure); post node status every minute (as a kubelet whose
 /// status did not change).
 async fn heartbeat(client: Client, name: String, interval: Duration) {
     let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
     let nodes: Api<Node> = Api::all(client);
     let mut last_status = tokio::time::Instant::now();
+    let mut current: Option<Lease> = None;
     loop {
-        let now = Timestamp::now().to_string();
-        let lease = json!({
-            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-            "metadata": {"name": name, "namespace": "kube-node-lease"},
-            "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": now},
-        });
-        let params = PatchParams::apply("hollow-kubelet").force();
-        if let Err(e) = leases.patch(&name, &params, &Patch::Apply(&lease)).await {
-            tracing::debug!(node = %name, error = %e, "lease renewal failed");
+        match renew(&leases, &name, current.take()).await {
+            Ok(lease) => current = Some(lease),
+            Err(e) => tracing::debug!(node = %name, error = %e, "lease renewal failed"),
         }
         if last_status.elapsed() >= Duration::from_secs(60) {
             last_status = tokio::time::Instant::now();
@@ -228,6 +225,35 @@ async fn heartbeat(client: Client, name: String, interval: Duration) {
                 .await;
         }
         tokio::time::sleep(interval).await;
+    }
+}
+
+/// One renewal: update `last` (or the Lease as stored, or a new one) with the time now.
+async fn renew(leases: &Api<Lease>, name: &str, last: Option<Lease>) -> kube::Result<Lease> {
+    let now = MicroTime(Timestamp::now());
+    let stored = match last {
+        Some(l) => Some(l),
+        None => leases.get_opt(name).await?,
+    };
+    match stored {
+        Some(mut lease) => {
+            let spec = lease.spec.get_or_insert_with(Default::default);
+            spec.holder_identity = Some(name.to_string());
+            spec.lease_duration_seconds = Some(40);
+            spec.renew_time = Some(now);
+            leases.replace(name, &PostParams::default(), &lease).await
+        }
+        None => {
+            let mut lease: Lease = serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "kube-node-lease"},
+                "spec": {"holderIdentity": name, "leaseDurationSeconds": 40},
+            }))
+            .map_err(kube::Error::SerdeError)?;
+            if let Some(spec) = lease.spec.as_mut() {
+                spec.renew_time = Some(now);
+            }
+            leases.create(&PostParams::default(), &lease).await
+        }
     }
 }
 
