@@ -52,6 +52,27 @@ pub struct ControllerFlags {
     /// (`capstan server`: DATA_DIR/storage).
     #[arg(long, value_name = "PATH")]
     pub local_storage_dir: Option<PathBuf>,
+
+    /// How often each HorizontalPodAutoscaler is looked at.
+    #[arg(long, default_value = "15s", value_parser = parse_go_duration)]
+    pub horizontal_pod_autoscaler_sync_period: Duration,
+
+    /// How long an autoscaler without its own scale-down window waits before scaling down
+    /// (the highest recommendation of this window holds).
+    #[arg(long, default_value = "5m", value_parser = parse_go_duration)]
+    pub horizontal_pod_autoscaler_downscale_stabilization: Duration,
+
+    /// How far from its target a metric may be before an autoscaler acts (0.1: 10 %).
+    #[arg(long, default_value_t = 0.1)]
+    pub horizontal_pod_autoscaler_tolerance: f64,
+
+    /// How long after a pod starts its CPU samples may be skipped (see Kubernetes' HPA).
+    #[arg(long, default_value = "5m", value_parser = parse_go_duration)]
+    pub horizontal_pod_autoscaler_cpu_initialization_period: Duration,
+
+    /// How long after a pod starts a not-ready pod still counts as starting.
+    #[arg(long, default_value = "30s", value_parser = parse_go_duration)]
+    pub horizontal_pod_autoscaler_initial_readiness_delay: Duration,
 }
 
 impl ControllerFlags {
@@ -74,6 +95,11 @@ impl ControllerFlags {
             node_monitor_grace_period: self.node_monitor_grace_period,
             terminated_pod_gc_threshold: self.terminated_pod_gc_threshold,
             leader_elect,
+            hpa_sync_period: self.horizontal_pod_autoscaler_sync_period,
+            hpa_downscale_stabilization: self.horizontal_pod_autoscaler_downscale_stabilization,
+            hpa_tolerance: self.horizontal_pod_autoscaler_tolerance,
+            hpa_cpu_initialization_period: self.horizontal_pod_autoscaler_cpu_initialization_period,
+            hpa_initial_readiness_delay: self.horizontal_pod_autoscaler_initial_readiness_delay,
             ..defaults
         }
     }
@@ -110,37 +136,8 @@ pub async fn start(kubeconfig: &Path, opts: Options) -> anyhow::Result<()> {
 
 /// A Go duration: a sequence of numbers with units (`40s`, `1m30s`, `500ms`, `2h`).
 pub fn parse_go_duration(text: &str) -> Result<Duration, String> {
-    let bad = || format!("invalid duration {text:?}: expected e.g. 40s, 1m30s or 500ms");
-    let mut rest = text.trim();
-    if rest == "0" {
-        return Ok(Duration::ZERO);
-    }
-    if rest.is_empty() {
-        return Err(bad());
-    }
-    let mut total = 0f64;
-    while !rest.is_empty() {
-        let n = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(bad)?;
-        let number: f64 = rest[..n].parse().map_err(|_| bad())?;
-        rest = &rest[n..];
-        let u = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let scale = match &rest[..u] {
-            "ns" => 1e-9,
-            "us" | "µs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return Err(bad()),
-        };
-        total += number * scale;
-        rest = &rest[u..];
-    }
-    Duration::try_from_secs_f64(total).map_err(|_| bad())
+    capstan_controllers::util::parse_go_duration(text)
+        .ok_or_else(|| format!("invalid duration {text:?}: expected e.g. 40s, 1m30s or 500ms"))
 }
 
 #[cfg(test)]
@@ -155,5 +152,11 @@ mod tests {
         assert!(parse_go_duration("40").is_err());
         assert!(parse_go_duration("s").is_err());
         assert!(parse_go_duration("3x").is_err());
+        assert!(parse_go_duration("").is_err());
+        assert_eq!(
+            parse_go_duration("1m0.5s"),
+            Ok(Duration::from_millis(60_500))
+        );
+        assert!(parse_go_duration("1e400s").is_err());
     }
 }

@@ -24,7 +24,8 @@ pub struct KubeletArgs {
 
     /// The container runtime: `remote` (the CRI runtime at --container-runtime-endpoint) or
     /// `fake` (a hollow kubelet, as Kubernetes' kubemark: an in-memory runtime that runs
-    /// nothing, the machine described by --hollow-* instead of probed, no server on --port).
+    /// nothing, the machine described by --hollow-* instead of probed, no server on --port
+    /// unless --hollow-serve).
     #[arg(long, value_enum, default_value = "remote")]
     pub runtime: RuntimeKind,
 
@@ -39,6 +40,11 @@ pub struct KubeletArgs {
     /// The disk (ephemeral-storage) a hollow node reports.
     #[arg(long, default_value = "100Gi", value_parser = parse_bytes)]
     pub hollow_storage: u64,
+
+    /// A hollow kubelet also serves its HTTPS API on --address/--port (as kubemark's do):
+    /// resource metrics of the usage its pods' annotations ask for, pod logs, health.
+    #[arg(long)]
+    pub hollow_serve: bool,
 
     /// The node's name (the machine's host name by default).
     #[arg(long)]
@@ -255,7 +261,10 @@ pub async fn run(args: KubeletArgs) -> anyhow::Result<()> {
     let client = capstan_runtime::client::client(config).context("building the API client")?;
     if args.runtime == RuntimeKind::Fake {
         tracing::info!(node = %opts.node_name, "hollow kubelet starting (fake runtime)");
-        capstan_kubelet::fake_runtime::start(client, opts)?;
+        let k = capstan_kubelet::fake_runtime::start(client, opts)?;
+        if args.hollow_serve {
+            return capstan_kubelet::server::serve(k).await;
+        }
         return std::future::pending().await;
     }
     let runtime = capstan_cri::Cri::connect(&args.container_runtime_endpoint)

@@ -105,7 +105,7 @@ enum LogFormat {
 enum Command {
     /// Start a whole single-node cluster in this process: control plane, kubelet and a
     /// managed containerd.
-    Up(up_cmd::UpArgs),
+    Up(Box<up_cmd::UpArgs>),
     /// Run the control plane: the API server over the store, in the data directory.
     Server(server_cmd::ServerArgs),
     /// Run the scheduler alone against an API server (kube-scheduler's job).
@@ -193,7 +193,7 @@ fn main() {
 
 async fn run(command: Command) -> anyhow::Result<()> {
     match command {
-        Command::Up(args) => up_cmd::run(args).await,
+        Command::Up(args) => up_cmd::run(*args).await,
         Command::Server(args) => server_cmd::run(args).await,
         Command::Store(args) => store_cmd::run(args).await,
         Command::Token(args) => token_cmd::run(args).await,

@@ -293,6 +293,203 @@ spec:
     assert!(kubelet.running(), "the kubelet exited:\n{}", kubelet.log());
 }
 
+/// The HorizontalPodAutoscaler controller reads the usage a hollow kubelet reports for its pods
+/// (`hollow.capstan.dev/cpu-millicores`) through the resource metrics API, scales their
+/// Deployment up to its maximum, and back down when the usage falls, reporting as Kubernetes
+/// does in status, conditions, events and `kubectl get hpa`.
+#[test]
+fn a_horizontal_pod_autoscaler_follows_the_usage_the_metrics_api_reports() {
+    let server = Server::start_cluster(&["--horizontal-pod-autoscaler-sync-period", "2s"]);
+    let node = unique("hpa");
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = server.node_kubeconfig(&node, dir.path());
+    // Reachable by the API server, which scrapes the kubelet's /metrics/resource.
+    let port = support::free_port().to_string();
+    let mut kubelet = Proc::spawn(
+        Command::new(env!("CARGO_BIN_EXE_capstan"))
+            .args(["kubelet", "--runtime", "fake", "--kubeconfig"])
+            .arg(&kubeconfig)
+            .args(["--hostname-override", &node, "--root-dir"])
+            .arg(dir.path().join("root"))
+            .arg("--pod-logs-dir")
+            .arg(dir.path().join("logs"))
+            .args([
+                "--hollow-serve",
+                "--node-ip",
+                "127.0.0.1",
+                "--address",
+                "127.0.0.1",
+            ])
+            .args(["--port", &port, "--node-status-update-frequency", "2s"]),
+        dir.path().join("kubelet.log"),
+    );
+    let ready = "{.status.conditions[?(@.type==\"Ready\")].status}";
+    wait_until(
+        "the hollow node to be Ready",
+        Duration::from_secs(60),
+        || {
+            assert!(kubelet.running(), "the kubelet exited:\n{}", kubelet.log());
+            jsonpath(&server, &["get", "node", &node], ready) == "True"
+        },
+    );
+
+    let ns = unique("hpa-ns");
+    server.ok(&["create", "namespace", &ns]);
+    let deployment = |millicores: u32| {
+        format!(
+            r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: busy}}
+spec:
+  selector: {{matchLabels: {{app: busy}}}}
+  template:
+    metadata:
+      labels: {{app: busy}}
+      annotations: {{hollow.capstan.dev/cpu-millicores: "{millicores}"}}
+    spec:
+      containers:
+      - name: main
+        image: busybox:1.36
+        resources: {{requests: {{cpu: 100m}}}}
+"#
+        )
+    };
+    server.ok_stdin(&["apply", "-n", &ns, "-f", "-"], &deployment(250));
+    server.ok_stdin(
+        &["apply", "-n", &ns, "-f", "-"],
+        r#"
+apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata: {name: busy}
+spec:
+  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: busy}
+  minReplicas: 1
+  maxReplicas: 4
+  metrics:
+  - type: Resource
+    resource: {name: cpu, target: {type: Utilization, averageUtilization: 50}}
+  behavior:
+    scaleDown:
+      stabilizationWindowSeconds: 0
+      policies: [{type: Percent, value: 100, periodSeconds: 15}]
+"#,
+    );
+    let replicas = || {
+        jsonpath(
+            &server,
+            &["get", "deployment", "-n", &ns, "busy"],
+            "{.spec.replicas}",
+        )
+    };
+    // 250m of 100m requested is 250 % against 50 %: five replicas asked, four allowed.
+    wait_until(
+        "the autoscaler to scale the Deployment to its maximum",
+        Duration::from_secs(150),
+        || replicas() == "4",
+    );
+    let hpa = |path: &str| jsonpath(&server, &["get", "hpa", "-n", &ns, "busy"], path);
+    wait_until(
+        "the autoscaler's status to show the usage",
+        Duration::from_secs(60),
+        || hpa("{.status.currentReplicas}") == "4",
+    );
+    // The pods all still use ~250 % (a rate over two samples of their CPU time); the status
+    // says so, and that the maximum holds.
+    let near_250 = |s: &str| s.parse::<i64>().is_ok_and(|v| (240..=260).contains(&v));
+    let utilization = hpa("{.status.currentMetrics[0].resource.current.averageUtilization}");
+    assert!(near_250(&utilization), "averageUtilization {utilization:?}");
+    let value = hpa("{.status.currentMetrics[0].resource.current.averageValue}");
+    assert!(
+        value.strip_suffix('m').is_some_and(near_250),
+        "averageValue {value:?}"
+    );
+    assert_eq!(hpa("{.status.desiredReplicas}"), "4");
+    let condition = |t: &str| {
+        hpa(&format!(
+            "{{.status.conditions[?(@.type==\"{t}\")].status}} {{.status.conditions[?(@.type==\"{t}\")].reason}}"
+        ))
+    };
+    assert_eq!(condition("ScalingActive"), "True ValidMetricFound");
+    assert_eq!(condition("ScalingLimited"), "True TooManyReplicas");
+    assert!(condition("AbleToScale").starts_with("True "));
+    let table = server.ok(&["get", "hpa", "-n", &ns, "busy"]);
+    let targets = table
+        .split_whitespace()
+        .find(|w| w.ends_with("%/50%"))
+        .unwrap_or_default();
+    assert!(
+        near_250(targets.trim_end_matches("%/50%")),
+        "no cpu: ~250%/50% in\n{table}"
+    );
+    // The controller speaks through autoscaling/v1 too.
+    let v1 = server.ok(&[
+        "get",
+        "horizontalpodautoscalers.v1.autoscaling",
+        "-n",
+        &ns,
+        "busy",
+        "-o",
+        "jsonpath={.status.currentCPUUtilizationPercentage}",
+    ]);
+    assert!(near_250(&v1), "currentCPUUtilizationPercentage {v1:?}");
+    let events = || {
+        server.ok(&[
+            "get",
+            "events",
+            "-n",
+            &ns,
+            "--field-selector",
+            "involvedObject.kind=HorizontalPodAutoscaler",
+            "-o",
+            "jsonpath={range .items[*]}{.reason}: {.message}{\"\\n\"}{end}",
+        ])
+    };
+    let ev = events();
+    assert!(
+        ev.contains("SuccessfulRescale: New size: 4; reason: cpu resource utilization (percentage of request) above target"),
+        "{ev}"
+    );
+
+    // The usage falls to 10 % (a new template): with no scale-down window it goes to 1.
+    server.ok_stdin(&["apply", "-n", &ns, "-f", "-"], &deployment(10));
+    wait_until(
+        "the autoscaler to scale the Deployment down to its minimum",
+        Duration::from_secs(180),
+        || replicas() == "1",
+    );
+    let ev = events();
+    assert!(
+        ev.contains("SuccessfulRescale: New size: 1; reason: All metrics below target"),
+        "{ev}"
+    );
+
+    // A target that does not exist: AbleToScale False, FailedGetScale, nothing else touched.
+    server.ok_stdin(
+        &["apply", "-n", &ns, "-f", "-"],
+        r#"
+apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata: {name: nothing}
+spec:
+  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: absent}
+  maxReplicas: 3
+"#,
+    );
+    let absent = |path: &str| jsonpath(&server, &["get", "hpa", "-n", &ns, "nothing"], path);
+    wait_until(
+        "the autoscaler of a missing target to say so",
+        Duration::from_secs(60),
+        || absent("{.status.conditions[?(@.type==\"AbleToScale\")].reason}") == "FailedGetScale",
+    );
+    assert_eq!(
+        absent("{.status.conditions[?(@.type==\"AbleToScale\")].status}"),
+        "False"
+    );
+    assert_eq!(replicas(), "1");
+    assert!(kubelet.running(), "the kubelet exited:\n{}", kubelet.log());
+}
+
 #[test]
 fn bench_hollow_runs_fifty_kubelets_in_one_process() {
     let server = Server::start_cluster(&[]);

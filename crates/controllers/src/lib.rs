@@ -33,6 +33,7 @@ pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;
 pub mod persistentvolume;
+pub mod podautoscaler;
 pub mod podgc;
 pub mod replicaset;
 pub mod resourcequota;
@@ -87,6 +88,11 @@ pub const CONTROLLERS: &[(&str, &str, StartFn)] = &[
     ),
     ("disruption", "disruption-controller", disruption::start),
     (
+        "horizontalpodautoscaling",
+        "horizontal-pod-autoscaler",
+        podautoscaler::start,
+    ),
+    (
         "persistentvolume-binder",
         "persistent-volume-binder",
         persistentvolume::start_binder,
@@ -133,6 +139,17 @@ pub struct Options {
     /// Run each controller with its own service account's token (and so its own RBAC role),
     /// as `--use-service-account-credentials`; otherwise with the manager's credentials.
     pub use_service_account_credentials: bool,
+    /// `--horizontal-pod-autoscaler-sync-period`: how often each autoscaler is looked at.
+    pub hpa_sync_period: Duration,
+    /// `--horizontal-pod-autoscaler-downscale-stabilization`: the scale-down window of
+    /// autoscalers that set none.
+    pub hpa_downscale_stabilization: Duration,
+    /// `--horizontal-pod-autoscaler-tolerance`.
+    pub hpa_tolerance: f64,
+    /// `--horizontal-pod-autoscaler-cpu-initialization-period`.
+    pub hpa_cpu_initialization_period: Duration,
+    /// `--horizontal-pod-autoscaler-initial-readiness-delay`.
+    pub hpa_initial_readiness_delay: Duration,
 }
 
 impl Default for Options {
@@ -150,6 +167,11 @@ impl Default for Options {
             cluster_signing_duration: Duration::from_secs(365 * 24 * 3600),
             local_storage_dir: "/var/lib/capstan/storage".into(),
             use_service_account_credentials: true,
+            hpa_sync_period: Duration::from_secs(15),
+            hpa_downscale_stabilization: Duration::from_secs(300),
+            hpa_tolerance: 0.1,
+            hpa_cpu_initialization_period: Duration::from_secs(300),
+            hpa_initial_readiness_delay: Duration::from_secs(30),
         }
     }
 }

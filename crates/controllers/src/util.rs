@@ -193,6 +193,40 @@ pub fn is_conflict(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 409)
 }
 
+/// A Go duration string (`40s`, `1m30s`, `150ms`, `2h`); None when it is not one.
+pub fn parse_go_duration(s: &str) -> Option<std::time::Duration> {
+    let mut rest = s.trim();
+    if rest == "0" {
+        return Some(std::time::Duration::ZERO);
+    }
+    if rest.is_empty() {
+        return None;
+    }
+    let mut total = 0f64;
+    while !rest.is_empty() {
+        let n = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let value: f64 = rest[..n].parse().ok()?;
+        rest = &rest[n..];
+        let u = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let unit = match &rest[..u] {
+            "h" => 3600.0,
+            "m" => 60.0,
+            "s" => 1.0,
+            "ms" => 1e-3,
+            "us" | "µs" => 1e-6,
+            "ns" => 1e-9,
+            _ => return None,
+        };
+        rest = &rest[u..];
+        total += value * unit;
+    }
+    std::time::Duration::try_from_secs_f64(total).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,7 +9,9 @@
 //! (other than restartable sidecars) finish with exit code 0 as soon as they start, so pods
 //! get past them. A pod annotated `hollow.capstan.dev/exit-code: "N"` has its containers exit
 //! with N `hollow.capstan.dev/run-seconds` (default 0) after they start, as `capstan bench
-//! nodes` does.
+//! nodes` does. `hollow.capstan.dev/cpu-millicores` and `hollow.capstan.dev/memory-bytes` give
+//! the usage each of its running containers reports (zero otherwise), so the resource metrics
+//! API and what reads it (`kubectl top`, the HorizontalPodAutoscaler) see a load.
 //!
 //! [`Hollow`] is the machine such a kubelet reports ([`crate::Options::hollow`]): CPUs,
 //! memory, a disk that never fills, an identity derived from the node name, and an
@@ -35,6 +37,10 @@ use crate::{Kubelet, Options};
 pub const EXIT_CODE: &str = "hollow.capstan.dev/exit-code";
 /// ... this many seconds after they start (default 0).
 pub const RUN_SECONDS: &str = "hollow.capstan.dev/run-seconds";
+/// A pod annotation: the CPU each of its running containers uses, in millicores.
+pub const CPU_MILLICORES: &str = "hollow.capstan.dev/cpu-millicores";
+/// A pod annotation: the memory working set of each of its running containers, in bytes.
+pub const MEMORY_BYTES: &str = "hollow.capstan.dev/memory-bytes";
 
 /// What the runtime calls itself (`fake://1.0.0` in node status).
 pub const RUNTIME_NAME: &str = "fake";
@@ -293,6 +299,32 @@ struct Sandbox {
     log_directory: String,
     /// The exit a pod annotation asks its containers for: (nanoseconds after their start, code).
     exit: Option<(i64, i32)>,
+    /// The usage pod annotations ask its containers to report.
+    usage: Usage,
+}
+
+/// What a container reports using while it runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Usage {
+    /// CPU, in nanocores.
+    nano_cores: u64,
+    /// Memory working set, in bytes.
+    memory_bytes: u64,
+}
+
+impl Usage {
+    /// From a sandbox's annotations; an absent or unparsable figure is zero.
+    fn from_annotations(a: &HashMap<String, String>) -> Usage {
+        let num = |k: &str| {
+            a.get(k)
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        Usage {
+            nano_cores: num(CPU_MILLICORES).saturating_mul(1_000_000),
+            memory_bytes: num(MEMORY_BYTES),
+        }
+    }
 }
 
 struct Container {
@@ -562,6 +594,7 @@ impl Runtime for FakeRuntime {
                 .unwrap_or(0.0);
             Some(((secs.min(1e9) * 1e9) as i64, code))
         });
+        let usage = Usage::from_annotations(&cfg.annotations);
         let mut s = self.state.lock();
         let network = if host_network {
             cri::PodSandboxNetworkStatus::default()
@@ -598,6 +631,7 @@ impl Runtime for FakeRuntime {
                 status,
                 log_directory: cfg.log_directory,
                 exit,
+                usage,
             },
         );
         Ok(cri::RunPodSandboxResponse { pod_sandbox_id: id })
@@ -979,7 +1013,7 @@ impl Runtime for FakeRuntime {
             .get(&req.container_id)
             .ok_or_else(|| not_found("container", &req.container_id))?;
         Ok(cri::ContainerStatsResponse {
-            stats: Some(zero_stats(c)),
+            stats: Some(stats(&s, c)),
         })
     }
 
@@ -996,7 +1030,7 @@ impl Runtime for FakeRuntime {
             .filter(|c| id_matches(&c.status.id, &f.id))
             .filter(|c| f.pod_sandbox_id.is_empty() || c.sandbox_id == f.pod_sandbox_id)
             .filter(|c| matches(&c.status.labels, &f.label_selector))
-            .map(zero_stats)
+            .map(|c| stats(&s, c))
             .collect();
         Ok(cri::ListContainerStatsResponse { stats })
     }
@@ -1172,8 +1206,19 @@ impl Runtime for FakeRuntime {
     }
 }
 
-fn zero_stats(c: &Container) -> cri::ContainerStats {
+/// A container's stats: the usage its pod's annotations ask for while it runs (CPU time
+/// accumulated at that rate since it started), zero otherwise.
+fn stats(s: &State, c: &Container) -> cri::ContainerStats {
     let now = now_nanos();
+    let running = c.status.state == cri::ContainerState::ContainerRunning as i32;
+    let usage = s
+        .sandboxes
+        .get(&c.sandbox_id)
+        .filter(|_| running)
+        .map(|sb| sb.usage)
+        .unwrap_or_default();
+    let ran_ns = u128::try_from(now.saturating_sub(c.status.started_at)).unwrap_or(0);
+    let core_ns = (u128::from(usage.nano_cores) * ran_ns / 1_000_000_000) as u64;
     cri::ContainerStats {
         attributes: Some(cri::ContainerAttributes {
             id: c.status.id.clone(),
@@ -1183,12 +1228,16 @@ fn zero_stats(c: &Container) -> cri::ContainerStats {
         }),
         cpu: Some(cri::CpuUsage {
             timestamp: now,
-            usage_core_nano_seconds: Some(cri::UInt64Value { value: 0 }),
-            usage_nano_cores: Some(cri::UInt64Value { value: 0 }),
+            usage_core_nano_seconds: Some(cri::UInt64Value { value: core_ns }),
+            usage_nano_cores: Some(cri::UInt64Value {
+                value: usage.nano_cores,
+            }),
         }),
         memory: Some(cri::MemoryUsage {
             timestamp: now,
-            working_set_bytes: Some(cri::UInt64Value { value: 0 }),
+            working_set_bytes: Some(cri::UInt64Value {
+                value: usage.memory_bytes,
+            }),
             ..Default::default()
         }),
         ..Default::default()
@@ -1550,6 +1599,60 @@ mod tests {
         .await
         .unwrap();
         assert_eq!(rt.counts(), (1, 0));
+    }
+
+    #[tokio::test]
+    async fn the_usage_annotations_are_what_running_containers_report() {
+        let rt = FakeRuntime::new();
+        let busy = run_sandbox(
+            &rt,
+            "u",
+            &[(CPU_MILLICORES, "250"), (MEMORY_BYTES, "1048576")],
+        )
+        .await;
+        let idle = run_sandbox(&rt, "i", &[(CPU_MILLICORES, "lots")]).await;
+        let b = create(&rt, &busy, "u", "main", "busybox").await;
+        let i = create(&rt, &idle, "i", "main", "busybox").await;
+        // Created, not yet running: nothing to report.
+        let st = rt
+            .container_stats(cri::ContainerStatsRequest {
+                container_id: b.clone(),
+            })
+            .await
+            .unwrap()
+            .stats
+            .unwrap();
+        assert_eq!(st.cpu.unwrap().usage_nano_cores.unwrap().value, 0);
+        for id in [&b, &i] {
+            rt.start_container(cri::StartContainerRequest {
+                container_id: id.to_string(),
+            })
+            .await
+            .unwrap();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let all = rt
+            .list_container_stats(cri::ListContainerStatsRequest::default())
+            .await
+            .unwrap()
+            .stats;
+        let of = |id: &str| {
+            all.iter()
+                .find(|s| s.attributes.as_ref().unwrap().id == id)
+                .unwrap()
+                .clone()
+        };
+        let cpu = of(&b).cpu.unwrap();
+        assert_eq!(cpu.usage_nano_cores.unwrap().value, 250_000_000);
+        // 250m for at least 50 ms: at least 12.5 ms of CPU time, and not more than a second's.
+        let core = cpu.usage_core_nano_seconds.unwrap().value;
+        assert!((12_500_000..250_000_000).contains(&core), "{core}");
+        assert_eq!(
+            of(&b).memory.unwrap().working_set_bytes.unwrap().value,
+            1_048_576
+        );
+        // An unparsable figure is zero.
+        assert_eq!(of(&i).cpu.unwrap().usage_nano_cores.unwrap().value, 0);
     }
 
     #[tokio::test]
