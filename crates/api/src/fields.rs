@@ -211,6 +211,33 @@ pub fn check(group: &str, kind_name: &str, field: &str) -> Result<&'static str, 
         .ok_or_else(|| unsupported_error(group, kind_name, field))
 }
 
+/// Every field selector label of the kind (in [`supported`] order) with its value for `obj`:
+/// what a cache indexes an object by. `namespaced` is the kind's scope.
+pub fn values(
+    group: &str,
+    kind_name: &str,
+    namespaced: bool,
+    obj: &Value,
+) -> Vec<(&'static str, String)> {
+    let k = kind(group, kind_name);
+    k.labels
+        .iter()
+        .map(|label| {
+            let internal = k
+                .renames
+                .iter()
+                .find(|(l, _)| l == label)
+                .map_or(*label, |(_, internal)| *internal);
+            let value = if internal == META_NS && !namespaced {
+                String::new()
+            } else {
+                selectable(obj, internal)
+            };
+            (*label, value)
+        })
+        .collect()
+}
+
 /// The value of field selector label `field` for `obj`, as Kubernetes compares it; `None` when
 /// the kind does not support the label (see [`check`] for the error).
 pub fn get(group: &str, kind_name: &str, obj: &Value, field: &str) -> Option<String> {
@@ -417,6 +444,33 @@ mod tests {
             get("", "Service", &svc, "spec.type").as_deref(),
             Some("ClusterIP")
         );
+    }
+
+    #[test]
+    fn values_agree_with_get_for_every_kind() {
+        let obj = json!({
+            "metadata": {"name": "o", "namespace": "shop"},
+            "spec": {"nodeName": "node-a", "hostNetwork": true, "unschedulable": true,
+                     "clusterIP": "10.0.0.1", "type": "NodePort", "signerName": "s"},
+            "status": {"phase": "Running", "podIPs": [{"ip": "10.1.0.7"}], "replicas": 2,
+                       "succeeded": 1},
+            "involvedObject": {"kind": "Pod", "name": "web"},
+            "regarding": {"kind": "Pod", "name": "web"},
+            "reason": "BackOff", "type": "Warning", "reportingController": "kubelet"
+        });
+        for r in crate::catalogue::RESOURCES {
+            let all = values(r.group, r.kind, r.namespaced, &obj);
+            let labels: Vec<&str> = all.iter().map(|(l, _)| *l).collect();
+            assert_eq!(labels, supported(r.group, r.kind), "{}", r.kind);
+            for (label, value) in all {
+                assert_eq!(
+                    Some(value),
+                    get(r.group, r.kind, &obj, label),
+                    "{} {label}",
+                    r.kind
+                );
+            }
+        }
     }
 
     #[test]

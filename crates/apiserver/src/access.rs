@@ -80,7 +80,7 @@ impl Feed {
             for item in std::mem::take(&mut sub.initial) {
                 let o = &item.event.obj;
                 now.insert((o.namespace.clone(), o.name.clone()));
-                if let Ok(v) = serde_json::from_slice::<Value>(&o.json) {
+                if let Some(v) = o.value() {
                     rbac.upsert(resource, &v);
                 }
             }
@@ -120,7 +120,7 @@ impl Feed {
             if item.kind == EventType::Deleted {
                 rbac.remove(resource, &o.namespace, &o.name);
                 seen.remove(&key);
-            } else if let Ok(v) = serde_json::from_slice::<Value>(&o.json) {
+            } else if let Some(v) = o.value() {
                 rbac.upsert(resource, &v);
                 seen.insert(key);
             }
@@ -142,7 +142,7 @@ async fn aggregate_now(server: &Arc<ApiServer>) {
         .list(&Filter::everything())
         .0
         .iter()
-        .filter_map(|o| serde_json::from_slice(&o.json).ok())
+        .filter_map(|o| o.value())
         .collect();
     for role in rbac::aggregate(&roles) {
         let rules = role.get("rules").cloned().unwrap_or(Value::Array(vec![]));

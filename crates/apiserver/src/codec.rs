@@ -141,18 +141,47 @@ pub fn encode_for_store(obj: &Value) -> Bytes {
     out.into()
 }
 
+/// Whether `stored` is in the stored form (so that [`write_with_resource_version`] can
+/// splice a resourceVersion into it).
+pub fn is_stored_form(stored: &[u8]) -> bool {
+    stored.starts_with(STORED_PREFIX)
+}
+
+/// Append the wire form of `stored`, which must be in the stored form
+/// ([`is_stored_form`]), at revision `rev` to `out`: the stored bytes with
+/// `"resourceVersion":"REV"` spliced in after `{"metadata":{`.
+pub fn write_with_resource_version(stored: &[u8], rev: i64, out: &mut BytesMut) {
+    let rest = stored.strip_prefix(STORED_PREFIX).unwrap_or(stored);
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut n = rev.unsigned_abs();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.reserve(stored.len() + 48);
+    out.put_slice(STORED_PREFIX);
+    out.put_slice(b"\"resourceVersion\":\"");
+    if rev < 0 {
+        out.put_u8(b'-');
+    }
+    out.put_slice(&digits[at..]);
+    out.put_u8(b'"');
+    if rest.first() != Some(&b'}') {
+        out.put_u8(b',');
+    }
+    out.put_slice(rest);
+}
+
 /// The wire form of a stored object at revision `rev`.
 pub fn with_resource_version(stored: &[u8], rev: i64) -> Bytes {
-    let mut out = BytesMut::with_capacity(stored.len() + 40);
-    if let Some(rest) = stored.strip_prefix(STORED_PREFIX) {
-        out.put_slice(STORED_PREFIX);
-        out.put_slice(b"\"resourceVersion\":\"");
-        out.put_slice(itoa(rev).as_bytes());
-        out.put_u8(b'"');
-        if rest.first() != Some(&b'}') {
-            out.put_u8(b',');
-        }
-        out.put_slice(rest);
+    if is_stored_form(stored) {
+        let mut out = BytesMut::new();
+        write_with_resource_version(stored, rev, &mut out);
         return out.freeze();
     }
     // Not in our stored form (written by something else): re-serialize.
@@ -188,10 +217,6 @@ fn stored_object(parsed: serde_json::Result<Value>) -> Result<Value, ApiError> {
     Ok(v)
 }
 
-fn itoa(n: i64) -> String {
-    n.to_string()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -208,6 +233,16 @@ mod tests {
         assert_eq!(wire["metadata"]["resourceVersion"], "42");
         assert_eq!(wire["data"]["k"], "v");
         assert_eq!(wire["metadata"]["name"], "a");
+    }
+
+    #[test]
+    fn spliced_revisions_are_decimal() {
+        let stored = encode_for_store(&json!({"metadata": {"name": "a"}}));
+        for rev in [0, 7, 10, 99, 1_000_000_007, i64::MAX, -3] {
+            let wire: Value =
+                serde_json::from_slice(&with_resource_version(&stored, rev)).unwrap();
+            assert_eq!(wire["metadata"]["resourceVersion"], rev.to_string());
+        }
     }
 
     #[test]

@@ -405,10 +405,21 @@ pub async fn list(reg: &Registry, call: &Call<'_>) -> ApiResult<Response<Body>> 
         };
         if fresh {
             let (objs, rev) = reg.cache.list(&filter);
-            let stored = objs.iter().map(|o| o.json.clone()).collect();
-            let items = (reg.converts() && call.output == Output::Json)
-                .then(|| objs.iter().map(|o| reg.wire(o)).collect());
-            (stored, items, rev, None, None)
+            if call.output == Output::Json {
+                // Written straight from the cached objects' bytes.
+                let size = objs.iter().map(|o| o.json_len() + 1).sum();
+                let body = list_body_with(reg, &list_meta(rev, None, None), size, |out| {
+                    for (i, o) in objs.iter().enumerate() {
+                        if i > 0 {
+                            out.put_u8(b',');
+                        }
+                        o.write_wire(reg.view(), out);
+                    }
+                });
+                return Ok(json_response(200, body));
+            }
+            let stored = objs.iter().map(|o| o.json()).collect();
+            (stored, None, rev, None, None)
         } else {
             let page = reg.list_from_store(&filter, 0, "", 0).await?;
             let items = reg.converts().then_some(page.items);
@@ -446,6 +457,24 @@ pub async fn list(reg: &Registry, call: &Call<'_>) -> ApiResult<Response<Body>> 
 /// `{"kind":"PodList",...,"items":[...]}` from already-serialized items.
 fn list_body(reg: &Registry, meta: &Value, items: &[Bytes]) -> Bytes {
     let size: usize = items.iter().map(|i| i.len() + 1).sum();
+    list_body_with(reg, meta, size, |out| {
+        for (i, item) in items.iter().enumerate() {
+            if i > 0 {
+                out.put_u8(b',');
+            }
+            out.put_slice(item);
+        }
+    })
+}
+
+/// `{"kind":"PodList",...,"items":[...]}` whose items (about `size` bytes, comma-separated)
+/// `items` writes.
+fn list_body_with(
+    reg: &Registry,
+    meta: &Value,
+    size: usize,
+    items: impl FnOnce(&mut BytesMut),
+) -> Bytes {
     let mut out = BytesMut::with_capacity(size + 200);
     out.put_slice(b"{\"kind\":\"");
     out.put_slice(reg.info.list_kind().as_bytes());
@@ -454,12 +483,7 @@ fn list_body(reg: &Registry, meta: &Value, items: &[Bytes]) -> Bytes {
     out.put_slice(b"\",\"metadata\":");
     out.put_slice(&serde_json::to_vec(meta).unwrap_or_default());
     out.put_slice(b",\"items\":[");
-    for (i, item) in items.iter().enumerate() {
-        if i > 0 {
-            out.put_u8(b',');
-        }
-        out.put_slice(item);
-    }
+    items(&mut out);
     out.put_slice(b"]}");
     out.freeze()
 }
@@ -557,23 +581,10 @@ pub async fn watch(reg: Arc<Registry>, call: &Call<'_>) -> ApiResult<Response<Bo
         let reg = reg.clone();
         move |item: &WatchItem, out: &mut BytesMut| frame(&reg, item, output, out)
     };
-    let mut state = WatchStream {
-        initial: std::mem::take(&mut sub.initial).into(),
-        sub,
-        initial_end: send_initial,
-        bookmarks,
-        revisions,
-        last_rev: from.unwrap_or(0),
-        deadline: Box::pin(tokio::time::sleep(timeout)),
-        tick: {
-            let mut t = tokio::time::interval_at(
-                tokio::time::Instant::now() + BOOKMARK_EVERY,
-                BOOKMARK_EVERY,
-            );
-            t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            t
-        },
-    };
+    let initial = std::mem::take(&mut sub.initial).into();
+    let mut state = WatchStream::new(sub, initial, revisions, from.unwrap_or(0), timeout);
+    state.initial_end = send_initial;
+    state.bookmarks = bookmarks;
     let stream = futures::stream::poll_fn(move |cx| {
         state
             .poll_next(cx, info, &frame)
@@ -597,9 +608,17 @@ const BOOKMARK_EVERY: Duration = Duration::from_secs(30);
 /// A watch response body is cut into frames of at most about this many bytes.
 const WATCH_FRAME_BYTES: usize = 64 * 1024;
 
+/// A watch sends live events at most this often: the first event after a quiet spell goes out
+/// at once, later ones wait until this long after the previous frame and go out together.
+/// Under a steady stream of events every watch then costs one write (one TLS record, one
+/// system call on each side) per interval instead of one per event, which is what keeps a
+/// thousand watches of a busy resource from queueing behind their own sends.
+const WATCH_LINGER: Duration = Duration::from_millis(5);
+
 /// The state of one watch response, polled directly by the connection: each poll takes every
 /// event already queued for the watcher (up to [`WATCH_FRAME_BYTES`]) and sends them as one
-/// body frame, so a busy watch costs one write per batch rather than one per event.
+/// body frame, so a busy watch costs one write per batch rather than one per event; live
+/// events are held back to at most one frame per [`WATCH_LINGER`].
 struct WatchStream {
     initial: std::collections::VecDeque<WatchItem>,
     sub: crate::watch_cache::Subscription,
@@ -610,9 +629,47 @@ struct WatchStream {
     last_rev: i64,
     deadline: std::pin::Pin<Box<tokio::time::Sleep>>,
     tick: tokio::time::Interval,
+    /// Live events framed and not yet sent (see [`WATCH_LINGER`]).
+    pending: BytesMut,
+    /// When the last frame of live events was sent.
+    last_flush: Option<tokio::time::Instant>,
+    /// Wakes the stream when `pending` is due; armed while `lingering`.
+    linger: std::pin::Pin<Box<tokio::time::Sleep>>,
+    lingering: bool,
+    /// [`WATCH_LINGER`], but for tests.
+    linger_for: Duration,
 }
 
 impl WatchStream {
+    fn new(
+        sub: crate::watch_cache::Subscription,
+        initial: std::collections::VecDeque<WatchItem>,
+        revisions: tokio::sync::watch::Receiver<i64>,
+        last_rev: i64,
+        timeout: Duration,
+    ) -> Self {
+        let mut tick = tokio::time::interval_at(
+            tokio::time::Instant::now() + BOOKMARK_EVERY,
+            BOOKMARK_EVERY,
+        );
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        WatchStream {
+            initial,
+            sub,
+            initial_end: false,
+            bookmarks: false,
+            revisions,
+            last_rev,
+            deadline: Box::pin(tokio::time::sleep(timeout)),
+            tick,
+            pending: BytesMut::new(),
+            last_flush: None,
+            linger: Box::pin(tokio::time::sleep(Duration::ZERO)),
+            lingering: false,
+            linger_for: WATCH_LINGER,
+        }
+    }
+
     fn poll_next(
         &mut self,
         cx: &mut std::task::Context<'_>,
@@ -637,15 +694,18 @@ impl WatchStream {
             self.last_rev = self.last_rev.max(rev);
             return Poll::Ready(Some(bookmark(info, self.last_rev, true)));
         }
-        if self.deadline.as_mut().poll(cx).is_ready() {
-            return Poll::Ready(None);
+        // While events wait for their frame, new ones stay queued in the channel (it holds
+        // far more than arrive in one interval) and the stream sleeps until the frame is due.
+        if self.lingering && self.linger.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
         }
+        self.lingering = false;
         let mut closed = false;
-        while out.len() < WATCH_FRAME_BYTES {
+        while self.pending.len() < WATCH_FRAME_BYTES {
             match self.sub.rx.poll_recv(cx) {
                 Poll::Ready(Some(item)) => {
                     self.last_rev = self.last_rev.max(item.event.rev);
-                    frame(&item, &mut out);
+                    frame(&item, &mut self.pending);
                 }
                 // Closed: the watcher fell behind; the client re-watches.
                 Poll::Ready(None) => {
@@ -655,10 +715,22 @@ impl WatchStream {
                 Poll::Pending => break,
             }
         }
-        if !out.is_empty() {
-            return Poll::Ready(Some(out.freeze()));
+        let ended = self.deadline.as_mut().poll(cx).is_ready();
+        if !self.pending.is_empty() {
+            let now = tokio::time::Instant::now();
+            let due = self.last_flush.map_or(now, |t| t + self.linger_for);
+            let flush = closed || ended || self.pending.len() >= WATCH_FRAME_BYTES || now >= due;
+            if !flush {
+                self.linger.as_mut().reset(due);
+                if self.linger.as_mut().poll(cx).is_pending() {
+                    self.lingering = true;
+                    return Poll::Pending;
+                }
+            }
+            self.last_flush = Some(now);
+            return Poll::Ready(Some(self.pending.split().freeze()));
         }
-        if closed {
+        if closed || ended {
             return Poll::Ready(None);
         }
         if self.bookmarks {
@@ -682,7 +754,7 @@ fn frame(reg: &Registry, item: &WatchItem, output: Output, out: &mut BytesMut) {
     let bytes = match output {
         Output::Json => return item.event.write_frame(reg.view(), item.kind, out),
         Output::Table(include) => {
-            let v: Value = serde_json::from_slice(&item.event.obj.json).unwrap_or(Value::Null);
+            let v: Value = item.event.obj.value().unwrap_or(Value::Null);
             let t = table_of(
                 reg,
                 &[&v],
@@ -692,7 +764,7 @@ fn frame(reg: &Registry, item: &WatchItem, output: Output, out: &mut BytesMut) {
             event_bytes(item.kind.as_str(), &t)
         }
         Output::Metadata => {
-            let v: Value = serde_json::from_slice(&item.event.obj.json).unwrap_or(Value::Null);
+            let v: Value = item.event.obj.value().unwrap_or(Value::Null);
             event_bytes(item.kind.as_str(), &tables::partial_metadata(&v))
         }
     };
@@ -1059,5 +1131,83 @@ impl WithMessage for ApiError {
     fn with_message(mut self, m: String) -> Self {
         self.message = m;
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::filter::Filter;
+    use crate::watch_cache::WatchCache;
+    use capstan_store::{Event, EventKind, KeyValue, WatchResponse};
+    use std::future::poll_fn;
+    use std::task::Poll;
+
+    fn put(cache: &WatchCache, name: &str, rev: i64) {
+        let obj = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "default"}});
+        cache.apply(WatchResponse {
+            events: vec![Event {
+                kind: EventKind::Put,
+                kv: KeyValue {
+                    key: Bytes::from(format!("/registry/configmaps/default/{name}")),
+                    value: crate::codec::encode_for_store(&obj),
+                    create_revision: rev,
+                    mod_revision: rev,
+                    version: 1,
+                    lease: 0,
+                },
+                prev: None,
+            }],
+            revision: rev,
+        });
+    }
+
+    fn names(frame: &Bytes) -> Vec<String> {
+        frame
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| {
+                let v: Value = serde_json::from_slice(l).unwrap();
+                v["object"]["metadata"]["name"].as_str().unwrap().to_string()
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn live_events_wait_for_the_next_frame_and_go_out_together() {
+        let info = capstan_api::catalogue::find("", "v1", "configmaps").unwrap();
+        let cache = WatchCache::new(info, "/registry/configmaps/".into());
+        let sub = cache.subscribe(Filter::everything(), Some(0)).unwrap();
+        let mut stream = WatchStream::new(
+            sub,
+            Default::default(),
+            cache.revisions(),
+            0,
+            Duration::from_secs(60),
+        );
+        stream.linger_for = Duration::from_millis(300);
+        let frame = |item: &WatchItem, out: &mut BytesMut| {
+            item.event.write_frame(None, item.kind, out)
+        };
+        // The first event after a quiet spell goes out at once.
+        put(&cache, "a", 1);
+        let first = poll_fn(|cx| stream.poll_next(cx, info, &frame))
+            .await
+            .unwrap();
+        assert_eq!(names(&first), ["a"]);
+
+        // The next one waits for the interval; what arrives meanwhile joins it.
+        put(&cache, "b", 2);
+        let started = tokio::time::Instant::now();
+        let mut pending = std::pin::pin!(poll_fn(|cx| stream.poll_next(cx, info, &frame)));
+        assert!(
+            poll_fn(|cx| Poll::Ready(pending.as_mut().poll(cx).is_pending())).await,
+            "a second event right after a frame is held back"
+        );
+        put(&cache, "c", 3);
+        let second = pending.await.unwrap();
+        assert_eq!(names(&second), ["b", "c"]);
+        assert!(started.elapsed() >= Duration::from_millis(200));
     }
 }

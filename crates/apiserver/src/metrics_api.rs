@@ -359,7 +359,7 @@ fn objects(api: &ApiServer, plural: &str, namespace: &str, labels: &str) -> ApiR
     let (objs, _) = reg.cache.list(&filter);
     Ok(objs
         .iter()
-        .filter_map(|o| serde_json::from_slice::<Value>(&o.json).ok())
+        .filter_map(|o| o.value())
         .collect())
 }
 

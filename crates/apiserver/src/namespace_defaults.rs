@@ -76,8 +76,8 @@ async fn furnish(weak: &Weak<ApiServer>, ns: &str, ca_pem: &str) -> Option<()> {
     let Some(nsobj) = namespaces.cache.get("", ns) else {
         return Some(());
     };
-    let terminating = serde_json::from_slice::<Value>(&nsobj.json)
-        .ok()
+    let terminating = nsobj
+        .value()
         .map(|v| {
             capstan_api::meta::deletion_timestamp(&v).is_some()
                 || v.pointer("/status/phase").and_then(Value::as_str) == Some("Terminating")
@@ -102,7 +102,7 @@ async fn furnish(weak: &Weak<ApiServer>, ns: &str, ca_pem: &str) -> Option<()> {
     let current = cms
         .cache
         .get(ns, ROOT_CA_CONFIGMAP)
-        .and_then(|o| serde_json::from_slice::<Value>(&o.json).ok());
+        .and_then(|o| o.value());
     match current {
         None => {
             let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",

@@ -31,6 +31,8 @@ use crate::filter::Filter;
 
 /// Events kept for watches that start in the past.
 const WINDOW: usize = 10_000;
+/// Writes in flight whose objects are offered to the cache ([`WatchCache::prepare`]).
+const MAX_PREPARED: usize = 4096;
 /// Events buffered per watcher before it is closed as too slow.
 const WATCHER_BUFFER: usize = 1_000;
 /// How often the cache asks the store for progress, so that its revision follows the store's
@@ -61,7 +63,7 @@ pub fn views_of(info: &ResourceInfo) -> &'static [&'static ResourceInfo] {
     all.get(info.storage).map(Vec::as_slice).unwrap_or(&[])
 }
 
-/// One object as the cache keeps it: its wire JSON and what filters need.
+/// One object as the cache keeps it: its JSON and what filters need.
 #[derive(Debug)]
 pub struct CachedObject {
     pub namespace: String,
@@ -69,8 +71,11 @@ pub struct CachedObject {
     pub labels: Map<String, Value>,
     /// Values of the kind's selectable fields, in `capstan_api::fields::supported` order.
     pub fields: Vec<(&'static str, String)>,
-    /// The object in its storage version as clients see it, with its resourceVersion.
-    pub json: Bytes,
+    /// The object in its storage version: as stored (the store's own bytes, shared with it;
+    /// its resourceVersion is spliced in on the way out) when `stored_form`, else as clients
+    /// see it.
+    body: Bytes,
+    stored_form: bool,
     pub rev: i64,
     /// The object in the version of each of its storage's [`views_of`], made when first read.
     views: Box<[OnceLock<Bytes>]>,
@@ -79,54 +84,29 @@ pub struct CachedObject {
 }
 
 impl CachedObject {
-    pub fn new(info: &'static ResourceInfo, stored: &[u8], rev: i64) -> Result<Self, ApiError> {
+    pub fn new(info: &'static ResourceInfo, stored: &Bytes, rev: i64) -> Result<Self, ApiError> {
         if !info.custom {
-            // Only what the cache indexes is built; the wire JSON is the stored bytes.
+            // Only what the cache indexes is built.
             let value = codec::decode_stored_sparse(stored, &crate::sparse::keep_of(info))?;
-            return Ok(Self::from_value(
-                info,
-                &value,
-                codec::with_resource_version(stored, rev),
-                rev,
-            ));
+            return Ok(Self::from_value(info, &value, stored.clone(), rev));
         }
         let mut value = codec::decode_stored(stored, rev)?;
-        let json = if capstan_api::meta::type_meta(&value).0 != info.api_version() {
+        if capstan_api::meta::type_meta(&value).0 != info.api_version() {
             // Stored in an earlier storage version of its definition.
             crate::registry::set_api_version(&mut value, info);
-            Bytes::from(serde_json::to_vec(&value).unwrap_or_default())
-        } else {
-            codec::with_resource_version(stored, rev)
-        };
-        Ok(Self::from_value(info, &value, json, rev))
+            let json = Bytes::from(serde_json::to_vec(&value).unwrap_or_default());
+            return Ok(Self::from_value(info, &value, json, rev));
+        }
+        Ok(Self::from_value(info, &value, stored.clone(), rev))
     }
 
-    pub fn from_value(info: &'static ResourceInfo, value: &Value, json: Bytes, rev: i64) -> Self {
+    /// The object `value` whose JSON is `body`: its stored form, or its wire form.
+    pub fn from_value(info: &'static ResourceInfo, value: &Value, body: Bytes, rev: i64) -> Self {
         let fields = match crate::customresource::selectable(info) {
             Some(s) => s.values(value),
-            None => Self::builtin_fields(info, value),
+            None => capstan_api::fields::values(info.group, info.kind, info.namespaced, value),
         };
-        Self::with_fields(info, value, json, rev, fields)
-    }
-
-    fn builtin_fields(info: &ResourceInfo, value: &Value) -> Vec<(&'static str, String)> {
-        capstan_api::fields::supported(info.group, info.kind)
-            .iter()
-            .map(|f| {
-                let v =
-                    capstan_api::fields::get(info.group, info.kind, value, f).unwrap_or_default();
-                (*f, v)
-            })
-            .collect()
-    }
-
-    fn with_fields(
-        info: &'static ResourceInfo,
-        value: &Value,
-        json: Bytes,
-        rev: i64,
-        fields: Vec<(&'static str, String)>,
-    ) -> Self {
+        let stored_form = codec::is_stored_form(&body);
         CachedObject {
             namespace: capstan_api::meta::namespace(value).to_string(),
             name: capstan_api::meta::name(value).to_string(),
@@ -134,16 +114,70 @@ impl CachedObject {
                 .cloned()
                 .unwrap_or_default(),
             fields,
-            json,
+            body,
+            stored_form,
             rev,
             views: views_of(info).iter().map(|_| OnceLock::new()).collect(),
             parsed: OnceLock::new(),
         }
     }
 
+    /// The same object as last seen at a later revision (a delete's): the revision is the only
+    /// change.
+    fn at_revision(&self, rev: i64) -> Self {
+        let body = if self.stored_form {
+            self.body.clone()
+        } else {
+            match serde_json::from_slice::<Value>(&self.body) {
+                Ok(mut v) if v.is_object() => {
+                    capstan_api::meta::set_meta_str(&mut v, "resourceVersion", &rev.to_string());
+                    Bytes::from(serde_json::to_vec(&v).unwrap_or_default())
+                }
+                _ => self.body.clone(),
+            }
+        };
+        CachedObject {
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            labels: self.labels.clone(),
+            fields: self.fields.clone(),
+            body,
+            stored_form: self.stored_form,
+            rev,
+            views: self.views.iter().map(|_| OnceLock::new()).collect(),
+            parsed: OnceLock::new(),
+        }
+    }
+
+    /// The object's JSON in its storage version as clients see it, with its resourceVersion.
+    pub fn json(&self) -> Bytes {
+        if self.stored_form {
+            codec::with_resource_version(&self.body, self.rev)
+        } else {
+            self.body.clone()
+        }
+    }
+
+    /// Append [`CachedObject::json`] to `out`.
+    pub fn write_json(&self, out: &mut bytes::BytesMut) {
+        if self.stored_form {
+            codec::write_with_resource_version(&self.body, self.rev, out);
+        } else {
+            out.extend_from_slice(&self.body);
+        }
+    }
+
+    /// About how many bytes [`CachedObject::write_json`] appends.
+    pub fn json_len(&self) -> usize {
+        self.body.len() + 40
+    }
+
     /// The object parsed (None if its JSON is not an object's).
     pub fn value(&self) -> Option<Value> {
-        serde_json::from_slice(&self.json).ok()
+        if self.stored_form {
+            return codec::decode_stored(&self.body, self.rev).ok();
+        }
+        serde_json::from_slice(&self.body).ok()
     }
 
     /// The object parsed, parsing it only the first time: for the few objects admission
@@ -159,13 +193,21 @@ impl CachedObject {
     /// converted once and kept.
     pub fn wire(&self, view: Option<View>) -> Bytes {
         let Some(view) = view else {
-            return self.json.clone();
+            return self.json();
         };
         let Some(slot) = self.views.get(view.index) else {
-            return convert_json(&self.json, view.info);
+            return convert_json(&self.json(), view.info);
         };
-        slot.get_or_init(|| convert_json(&self.json, view.info))
+        slot.get_or_init(|| convert_json(&self.json(), view.info))
             .clone()
+    }
+
+    /// Append [`CachedObject::wire`] to `out`.
+    pub fn write_wire(&self, view: Option<View>, out: &mut bytes::BytesMut) {
+        match view {
+            None => self.write_json(out),
+            Some(_) => out.extend_from_slice(&self.wire(view)),
+        }
     }
 
     pub fn field(&self, name: &str) -> Option<&str> {
@@ -201,7 +243,6 @@ pub struct CacheEvent {
     pub obj: Arc<CachedObject>,
     pub prev: Option<Arc<CachedObject>>,
     pub rev: i64,
-    frames: [OnceLock<Bytes>; 3],
 }
 
 impl CacheEvent {
@@ -216,49 +257,19 @@ impl CacheEvent {
             obj,
             prev,
             rev,
-            frames: Default::default(),
         }
     }
 
-    /// `{"type":"ADDED","object":{...}}\n`, serialized once per event and type.
-    pub fn frame(&self, as_type: EventType) -> Bytes {
-        self.shared_frame(as_type).clone()
-    }
-
-    /// Append the event's frame for a client of the storage version (`None`) or of a view to
-    /// `out`; the storage version's shared frame is copied from without a new reference.
+    /// Append `{"type":"ADDED","object":{...}}\n` for a client of the storage version (`None`)
+    /// or of a view to `out`. The object is written straight from the cached (shared) bytes,
+    /// so nothing per event is kept beyond the object itself.
     pub fn write_frame(&self, view: Option<View>, as_type: EventType, out: &mut bytes::BytesMut) {
-        match view {
-            None => out.extend_from_slice(self.shared_frame(as_type)),
-            Some(_) => out.extend_from_slice(&self.frame_for(view, as_type)),
-        }
-    }
-
-    fn shared_frame(&self, as_type: EventType) -> &Bytes {
-        self.frames[as_type as usize].get_or_init(|| {
-            let mut out = Vec::with_capacity(self.obj.json.len() + 32);
-            out.extend_from_slice(b"{\"type\":\"");
-            out.extend_from_slice(as_type.as_str().as_bytes());
-            out.extend_from_slice(b"\",\"object\":");
-            out.extend_from_slice(&self.obj.json);
-            out.extend_from_slice(b"}\n");
-            out.into()
-        })
-    }
-
-    /// The event's frame for a client of the storage version (`None`) or of a view.
-    pub fn frame_for(&self, view: Option<View>, as_type: EventType) -> Bytes {
-        if view.is_none() {
-            return self.frame(as_type);
-        }
-        let json = self.obj.wire(view);
-        let mut out = Vec::with_capacity(json.len() + 32);
+        out.reserve(self.obj.json_len() + 32);
         out.extend_from_slice(b"{\"type\":\"");
         out.extend_from_slice(as_type.as_str().as_bytes());
         out.extend_from_slice(b"\",\"object\":");
-        out.extend_from_slice(&json);
+        self.obj.write_wire(view, out);
         out.extend_from_slice(b"}\n");
-        out.into()
     }
 }
 
@@ -314,9 +325,10 @@ pub struct WatchCache {
     rev_tx: watch::Sender<i64>,
     next_id: AtomicU64,
     progress: RwLock<Option<Arc<tokio::sync::Notify>>>,
-    /// Objects this server just wrote, already parsed by the registry, by revision: the
-    /// store's event for that revision takes the object from here instead of parsing it.
-    prepared: parking_lot::Mutex<HashMap<i64, (String, Arc<CachedObject>)>>,
+    /// Objects this server is writing, already parsed by the registry, by key: the store's
+    /// event for a key whose value is the same bytes takes the object from here instead of
+    /// parsing it.
+    prepared: parking_lot::Mutex<HashMap<String, CachedObject>>,
     /// Set when the resource stops being served (its definition was deleted or changed).
     stopped: tokio::sync::watch::Sender<bool>,
 }
@@ -444,7 +456,7 @@ impl WatchCache {
         }
     }
 
-    fn apply(&self, resp: capstan_store::WatchResponse) {
+    pub(crate) fn apply(&self, resp: capstan_store::WatchResponse) {
         let mut inner = self.inner.write();
         for ev in resp.events {
             let key = String::from_utf8_lossy(&ev.kv.key).into_owned();
@@ -452,12 +464,18 @@ impl WatchCache {
             let prev = inner.objects.get(&key).cloned();
             let event = match ev.kind {
                 EventKind::Put => {
-                    let prepared = match self.prepared.lock().remove(&rev) {
-                        Some((k, o)) if k == key => Some(o),
-                        _ => None,
+                    let prepared = {
+                        let mut prepared = self.prepared.lock();
+                        match prepared.get(&key) {
+                            Some(o) if same_bytes(&o.body, &ev.kv.value) => prepared.remove(&key),
+                            _ => None,
+                        }
                     };
                     let obj = match prepared {
-                        Some(o) => o,
+                        Some(mut o) => {
+                            o.rev = rev;
+                            Arc::new(o)
+                        }
                         None => match CachedObject::new(self.info, &ev.kv.value, rev) {
                             Ok(o) => Arc::new(o),
                             Err(e) => {
@@ -485,14 +503,7 @@ impl WatchCache {
                         continue;
                     };
                     // A deleted object is reported in its last state, at the delete's revision.
-                    let value = codec::decode_stored(&last.json, rev).ok();
-                    let obj = match value {
-                        Some(v) => {
-                            let json = Bytes::from(serde_json::to_vec(&v).unwrap_or_default());
-                            Arc::new(CachedObject::from_value(self.info, &v, json, rev))
-                        }
-                        None => last.clone(),
-                    };
+                    let obj = Arc::new(last.at_revision(rev));
                     CacheEvent::new(EventType::Deleted, obj, Some(last), rev)
                 }
             };
@@ -508,12 +519,6 @@ impl WatchCache {
         inner.rev = inner.rev.max(resp.revision);
         let rev = inner.rev;
         drop(inner);
-        let mut prepared = self.prepared.lock();
-        if prepared.len() > 4096 {
-            // Offers whose events were missed (the cache relisted) are of no use.
-            prepared.retain(|r, _| *r > rev);
-        }
-        drop(prepared);
         self.rev_tx.send_replace(rev);
     }
 
@@ -544,17 +549,24 @@ impl WatchCache {
         .unwrap_or(false)
     }
 
-    /// Offer the object a write at `rev` stored under `key` (already parsed as `value`, with
-    /// wire JSON `json`), so that applying the write's event need not parse it again.
-    pub fn prepare(&self, key: &str, value: &Value, json: Bytes, rev: i64) {
-        if rev <= self.inner.read().rev {
-            return; // The event came first.
+    /// Offer the object about to be stored under `key` as `stored` (already parsed as
+    /// `value`), before the write, so that applying the write's event need not parse it again.
+    /// A write that fails takes its offer back with [`WatchCache::withdraw`].
+    pub fn prepare(&self, key: &str, value: &Value, stored: &Bytes) {
+        let obj = CachedObject::from_value(self.info, value, stored.clone(), 0);
+        let mut prepared = self.prepared.lock();
+        if prepared.len() >= MAX_PREPARED {
+            // Offers of writes whose events never came (the cache relisted meanwhile).
+            prepared.clear();
         }
-        let obj = Arc::new(CachedObject::from_value(self.info, value, json, rev));
-        self.prepared.lock().insert(rev, (key.to_string(), obj));
-        // The event may have been applied meanwhile: then nobody will take it.
-        if rev <= self.inner.read().rev {
-            self.prepared.lock().remove(&rev);
+        prepared.insert(key.to_string(), obj);
+    }
+
+    /// Take back the offer of a write that did not happen.
+    pub fn withdraw(&self, key: &str, stored: &Bytes) {
+        let mut prepared = self.prepared.lock();
+        if prepared.get(key).is_some_and(|o| same_bytes(&o.body, stored)) {
+            prepared.remove(key);
         }
     }
 
@@ -684,6 +696,11 @@ impl WatchCache {
     }
 }
 
+/// Whether two values are the same bytes (usually the very same buffer).
+fn same_bytes(a: &Bytes, b: &Bytes) -> bool {
+    (a.as_ptr() == b.as_ptr() && a.len() == b.len()) || a == b
+}
+
 /// Remove a watcher and its index entry.
 fn remove_watcher(inner: &mut Inner, id: u64) {
     let Some(w) = inner.watchers.remove(&id) else {
@@ -780,6 +797,72 @@ mod tests {
     fn cache() -> Arc<WatchCache> {
         let info = capstan_api::catalogue::find("", "v1", "configmaps").unwrap();
         WatchCache::new(info, "/registry/configmaps/".into())
+    }
+
+    fn event(kind: EventKind, name: &str, value: Bytes, rev: i64) -> WatchResponse {
+        WatchResponse {
+            events: vec![Event {
+                kind,
+                kv: KeyValue {
+                    key: Bytes::from(format!("/registry/configmaps/default/{name}")),
+                    value,
+                    create_revision: rev,
+                    mod_revision: rev,
+                    version: 1,
+                    lease: 0,
+                },
+                prev: None,
+            }],
+            revision: rev,
+        }
+    }
+
+    #[test]
+    fn offered_objects_are_taken_only_for_their_own_bytes_and_share_them() {
+        let c = cache();
+        let key = "/registry/configmaps/default/a";
+        let v1 = serde_json::json!({"metadata": {"name": "a", "namespace": "default",
+            "labels": {"v": "1"}}});
+        let v2 = serde_json::json!({"metadata": {"name": "a", "namespace": "default",
+            "labels": {"v": "2"}}});
+        let (s1, s2) = (
+            crate::codec::encode_for_store(&v1),
+            crate::codec::encode_for_store(&v2),
+        );
+        c.prepare(key, &v1, &s1);
+        // Another writer's value lands first: parsed, and the offer stays for its own write.
+        c.apply(event(EventKind::Put, "a", s2.clone(), 5));
+        assert_eq!(c.get("default", "a").unwrap().labels["v"], "2");
+        assert_eq!(c.prepared.lock().len(), 1);
+        c.apply(event(EventKind::Put, "a", s1.clone(), 6));
+        assert!(c.prepared.lock().is_empty(), "the offer was taken");
+        let obj = c.get("default", "a").unwrap();
+        assert_eq!((obj.labels["v"].as_str(), obj.rev), (Some("1"), 6));
+        assert_eq!(obj.body.as_ptr(), s1.as_ptr(), "the store's bytes are shared");
+        let wire: Value = serde_json::from_slice(&obj.json()).unwrap();
+        assert_eq!(wire["metadata"]["resourceVersion"], "6");
+        // A failed write takes its offer back.
+        c.prepare(key, &v2, &s2);
+        c.withdraw(key, &s2);
+        assert!(c.prepared.lock().is_empty());
+    }
+
+    #[test]
+    fn a_delete_reports_the_last_state_at_the_delete_revision() {
+        let c = cache();
+        let mut sub = c.subscribe(Filter::everything(), Some(0)).unwrap();
+        put(&c, "a", 3);
+        c.apply(event(EventKind::Delete, "a", Bytes::new(), 9));
+        let items: Vec<WatchItem> = std::iter::from_fn(|| sub.rx.try_recv().ok()).collect();
+        assert_eq!(items.len(), 2);
+        assert_eq!(items[1].kind, EventType::Deleted);
+        let mut out = bytes::BytesMut::new();
+        items[1].event.write_frame(None, items[1].kind, &mut out);
+        let frame: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(frame["type"], "DELETED");
+        assert_eq!(frame["object"]["metadata"]["resourceVersion"], "9");
+        assert_eq!(frame["object"]["metadata"]["labels"]["n"], "a");
+        assert!(c.get("default", "a").is_none());
     }
 
     #[test]
@@ -935,7 +1018,7 @@ mod tests {
         assert_eq!(v["note"], "hello");
         assert_eq!(v["regarding"]["name"], "web-0");
         assert_eq!(v["metadata"]["resourceVersion"], "1");
-        assert_eq!(objs[0].wire(None), objs[0].json);
+        assert_eq!(objs[0].wire(None), objs[0].json());
 
         let cms = capstan_api::catalogue::find("", "v1", "configmaps").unwrap();
         assert!(views_of(cms).is_empty());

@@ -310,7 +310,7 @@ impl Controller {
         let current = crds
             .cache
             .get("", name)
-            .and_then(|o| serde_json::from_slice::<Value>(&o.json).ok());
+            .and_then(|o| o.value());
         let Some(crd) = current else {
             self.uninstall(&server, name);
             return;
@@ -325,7 +325,7 @@ impl Controller {
             .list(&Filter::everything())
             .0
             .iter()
-            .filter_map(|o| serde_json::from_slice(&o.json).ok())
+            .filter_map(|o| o.value())
             .collect();
         let status = settle_status(&crd, &others);
         let established = condition_true(&status, "Established");

@@ -454,23 +454,16 @@ impl Registry {
                 self.strategy.release(&obj);
                 return Ok(Written::new(obj, &stored, 0));
             }
-            match self
-                .store
-                .create(self.key(ns, &name).as_bytes(), stored.clone(), 0)
-                .await
-            {
-                Ok(rev) => {
-                    let w = Written::new(obj, &stored, rev);
-                    self.cache
-                        .prepare(&self.key(ns, &name), &w.value, w.json.clone(), rev);
-                    return Ok(w);
-                }
-                Err(StoreError::AlreadyExists { .. }) if generate && attempt < 8 => {
-                    self.strategy.release(&obj);
-                    continue;
-                }
+            let key = self.key(ns, &name);
+            self.cache.prepare(&key, &obj, &stored);
+            match self.store.create(key.as_bytes(), stored.clone(), 0).await {
+                Ok(rev) => return Ok(Written::new(obj, &stored, rev)),
                 Err(e) => {
+                    self.cache.withdraw(&key, &stored);
                     self.strategy.release(&obj);
+                    if matches!(e, StoreError::AlreadyExists { .. }) && generate && attempt < 8 {
+                        continue;
+                    }
                     return Err(ApiError::from_store(e, self.info, &name));
                 }
             }
@@ -615,18 +608,20 @@ impl Registry {
                     Err(e) => return Err(ApiError::from_store(e, self.info, name)),
                 }
             }
+            self.cache.prepare(&key, &next, &stored);
             match self
                 .store
                 .update(key.as_bytes(), stored.clone(), kv.mod_revision, 0)
                 .await
             {
-                Ok(rev) => {
-                    let w = Written::new(next, &stored, rev);
-                    self.cache.prepare(&key, &w.value, w.json.clone(), rev);
-                    return Ok(self.present(w));
+                Ok(rev) => return Ok(self.present(Written::new(next, &stored, rev))),
+                Err(e) => {
+                    self.cache.withdraw(&key, &stored);
+                    if matches!(e, StoreError::Conflict { .. }) {
+                        continue;
+                    }
+                    return Err(ApiError::from_store(e, self.info, name));
                 }
-                Err(StoreError::Conflict { .. }) => continue,
-                Err(e) => return Err(ApiError::from_store(e, self.info, name)),
             }
         }
         Err(ApiError::modified(self.info, name))
@@ -1010,7 +1005,7 @@ impl Registry {
                 let obj = CachedObject::new(self.storage, &kv.value, kv.mod_revision)?;
                 if filter.matches(&obj) {
                     page.items.push(self.wire(&obj));
-                    page.stored.push(obj.json.clone());
+                    page.stored.push(obj.json());
                 }
                 if limit > 0 && page.items.len() >= limit {
                     if i + 1 < resp.kvs.len() || resp.more {
