@@ -608,17 +608,10 @@ const BOOKMARK_EVERY: Duration = Duration::from_secs(30);
 /// A watch response body is cut into frames of at most about this many bytes.
 const WATCH_FRAME_BYTES: usize = 64 * 1024;
 
-/// A watch sends live events at most this often: the first event after a quiet spell goes out
-/// at once, later ones wait until this long after the previous frame and go out together.
-/// Under a steady stream of events every watch then costs one write (one TLS record, one
-/// system call on each side) per interval instead of one per event, which is what keeps a
-/// thousand watches of a busy resource from queueing behind their own sends.
-const WATCH_LINGER: Duration = Duration::from_millis(5);
 
 /// The state of one watch response, polled directly by the connection: each poll takes every
 /// event already queued for the watcher (up to [`WATCH_FRAME_BYTES`]) and sends them as one
-/// body frame, so a busy watch costs one write per batch rather than one per event; live
-/// events are held back to at most one frame per [`WATCH_LINGER`].
+/// body frame, so a busy watch costs one write per batch rather than one per event.
 struct WatchStream {
     initial: std::collections::VecDeque<WatchItem>,
     sub: crate::watch_cache::Subscription,
@@ -629,15 +622,6 @@ struct WatchStream {
     last_rev: i64,
     deadline: std::pin::Pin<Box<tokio::time::Sleep>>,
     tick: tokio::time::Interval,
-    /// Live events framed and not yet sent (see [`WATCH_LINGER`]).
-    pending: BytesMut,
-    /// When the last frame of live events was sent.
-    last_flush: Option<tokio::time::Instant>,
-    /// Wakes the stream when `pending` is due; armed while `lingering`.
-    linger: std::pin::Pin<Box<tokio::time::Sleep>>,
-    lingering: bool,
-    /// [`WATCH_LINGER`], but for tests.
-    linger_for: Duration,
 }
 
 impl WatchStream {
@@ -662,11 +646,6 @@ impl WatchStream {
             last_rev,
             deadline: Box::pin(tokio::time::sleep(timeout)),
             tick,
-            pending: BytesMut::new(),
-            last_flush: None,
-            linger: Box::pin(tokio::time::sleep(Duration::ZERO)),
-            lingering: false,
-            linger_for: WATCH_LINGER,
         }
     }
 
@@ -694,18 +673,15 @@ impl WatchStream {
             self.last_rev = self.last_rev.max(rev);
             return Poll::Ready(Some(bookmark(info, self.last_rev, true)));
         }
-        // While events wait for their frame, new ones stay queued in the channel (it holds
-        // far more than arrive in one interval) and the stream sleeps until the frame is due.
-        if self.lingering && self.linger.as_mut().poll(cx).is_pending() {
-            return Poll::Pending;
+        if self.deadline.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(None);
         }
-        self.lingering = false;
         let mut closed = false;
-        while self.pending.len() < WATCH_FRAME_BYTES {
+        while out.len() < WATCH_FRAME_BYTES {
             match self.sub.rx.poll_recv(cx) {
                 Poll::Ready(Some(item)) => {
                     self.last_rev = self.last_rev.max(item.event.rev);
-                    frame(&item, &mut self.pending);
+                    frame(&item, &mut out);
                 }
                 // Closed: the watcher fell behind; the client re-watches.
                 Poll::Ready(None) => {
@@ -715,22 +691,10 @@ impl WatchStream {
                 Poll::Pending => break,
             }
         }
-        let ended = self.deadline.as_mut().poll(cx).is_ready();
-        if !self.pending.is_empty() {
-            let now = tokio::time::Instant::now();
-            let due = self.last_flush.map_or(now, |t| t + self.linger_for);
-            let flush = closed || ended || self.pending.len() >= WATCH_FRAME_BYTES || now >= due;
-            if !flush {
-                self.linger.as_mut().reset(due);
-                if self.linger.as_mut().poll(cx).is_pending() {
-                    self.lingering = true;
-                    return Poll::Pending;
-                }
-            }
-            self.last_flush = Some(now);
-            return Poll::Ready(Some(self.pending.split().freeze()));
+        if !out.is_empty() {
+            return Poll::Ready(Some(out.freeze()));
         }
-        if closed || ended {
+        if closed {
             return Poll::Ready(None);
         }
         if self.bookmarks {
@@ -1134,80 +1098,3 @@ impl WithMessage for ApiError {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::filter::Filter;
-    use crate::watch_cache::WatchCache;
-    use capstan_store::{Event, EventKind, KeyValue, WatchResponse};
-    use std::future::poll_fn;
-    use std::task::Poll;
-
-    fn put(cache: &WatchCache, name: &str, rev: i64) {
-        let obj = json!({"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": name, "namespace": "default"}});
-        cache.apply(WatchResponse {
-            events: vec![Event {
-                kind: EventKind::Put,
-                kv: KeyValue {
-                    key: Bytes::from(format!("/registry/configmaps/default/{name}")),
-                    value: crate::codec::encode_for_store(&obj),
-                    create_revision: rev,
-                    mod_revision: rev,
-                    version: 1,
-                    lease: 0,
-                },
-                prev: None,
-            }],
-            revision: rev,
-        });
-    }
-
-    fn names(frame: &Bytes) -> Vec<String> {
-        frame
-            .split(|b| *b == b'\n')
-            .filter(|l| !l.is_empty())
-            .map(|l| {
-                let v: Value = serde_json::from_slice(l).unwrap();
-                v["object"]["metadata"]["name"].as_str().unwrap().to_string()
-            })
-            .collect()
-    }
-
-    #[tokio::test]
-    async fn live_events_wait_for_the_next_frame_and_go_out_together() {
-        let info = capstan_api::catalogue::find("", "v1", "configmaps").unwrap();
-        let cache = WatchCache::new(info, "/registry/configmaps/".into());
-        let sub = cache.subscribe(Filter::everything(), Some(0)).unwrap();
-        let mut stream = WatchStream::new(
-            sub,
-            Default::default(),
-            cache.revisions(),
-            0,
-            Duration::from_secs(60),
-        );
-        stream.linger_for = Duration::from_millis(300);
-        let frame = |item: &WatchItem, out: &mut BytesMut| {
-            item.event.write_frame(None, item.kind, out)
-        };
-        // The first event after a quiet spell goes out at once.
-        put(&cache, "a", 1);
-        let first = poll_fn(|cx| stream.poll_next(cx, info, &frame))
-            .await
-            .unwrap();
-        assert_eq!(names(&first), ["a"]);
-
-        // The next one waits for the interval; what arrives meanwhile joins it.
-        put(&cache, "b", 2);
-        let started = tokio::time::Instant::now();
-        let mut pending = std::pin::pin!(poll_fn(|cx| stream.poll_next(cx, info, &frame)));
-        assert!(
-            poll_fn(|cx| Poll::Ready(pending.as_mut().poll(cx).is_pending())).await,
-            "a second event right after a frame is held back"
-        );
-        put(&cache, "c", 3);
-        let second = pending.await.unwrap();
-        assert_eq!(names(&second), ["b", "c"]);
-        assert!(started.elapsed() >= Duration::from_millis(200));
-    }
-}

@@ -243,6 +243,9 @@ pub struct CacheEvent {
     pub obj: Arc<CachedObject>,
     pub prev: Option<Arc<CachedObject>>,
     pub rev: i64,
+    /// `{"type":"ADDED","object":{...}}\n` per type, made for the first watcher of the
+    /// storage version that gets the event as that type and copied for every other.
+    frames: [OnceLock<Bytes>; 3],
 }
 
 impl CacheEvent {
@@ -257,13 +260,24 @@ impl CacheEvent {
             obj,
             prev,
             rev,
+            frames: Default::default(),
         }
     }
 
-    /// Append `{"type":"ADDED","object":{...}}\n` for a client of the storage version (`None`)
-    /// or of a view to `out`. The object is written straight from the cached (shared) bytes,
-    /// so nothing per event is kept beyond the object itself.
+    /// Append the event's frame for a client of the storage version (`None`) or of a view to
+    /// `out`; the storage version's shared frame is copied from without a new reference.
     pub fn write_frame(&self, view: Option<View>, as_type: EventType, out: &mut bytes::BytesMut) {
+        match view {
+            None => out.extend_from_slice(self.frames[as_type as usize].get_or_init(|| {
+                let mut frame = bytes::BytesMut::new();
+                self.frame_into(view, as_type, &mut frame);
+                frame.freeze()
+            })),
+            Some(_) => self.frame_into(view, as_type, out),
+        }
+    }
+
+    fn frame_into(&self, view: Option<View>, as_type: EventType, out: &mut bytes::BytesMut) {
         out.reserve(self.obj.json_len() + 32);
         out.extend_from_slice(b"{\"type\":\"");
         out.extend_from_slice(as_type.as_str().as_bytes());
@@ -456,7 +470,7 @@ impl WatchCache {
         }
     }
 
-    pub(crate) fn apply(&self, resp: capstan_store::WatchResponse) {
+    fn apply(&self, resp: capstan_store::WatchResponse) {
         let mut inner = self.inner.write();
         for ev in resp.events {
             let key = String::from_utf8_lossy(&ev.kv.key).into_owned();

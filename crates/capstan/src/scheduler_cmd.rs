@@ -48,6 +48,15 @@ pub async fn run(args: SchedulerArgs) -> anyhow::Result<()> {
 
 /// Run the scheduler with this configuration until it fails or loses its lease.
 pub async fn start(kubeconfig: &Path, cfg: &Config, leader_elect: bool) -> anyhow::Result<()> {
+    start_with(client(kubeconfig).await?, cfg, leader_elect).await
+}
+
+/// [`start`] over a client the caller made (an in-process one inside `capstan server`).
+pub async fn start_with(
+    client: kube::Client,
+    cfg: &Config,
+    leader_elect: bool,
+) -> anyhow::Result<()> {
     let mut profiles = config::build_profiles(cfg).map_err(|e| anyhow!(e))?;
     // A profile without its own percentageOfNodesToScore uses the global one.
     for p in &mut profiles {
@@ -55,7 +64,6 @@ pub async fn start(kubeconfig: &Path, cfg: &Config, leader_elect: bool) -> anyho
             p.percentage_of_nodes_to_score = Some(cfg.percentage_of_nodes_to_score);
         }
     }
-    let client = client(kubeconfig).await?;
     let le = &cfg.leader_election;
     let leader = leader_elect.then(|| LeaderElection {
         namespace: le.resource_namespace.clone(),

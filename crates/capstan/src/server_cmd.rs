@@ -273,10 +273,10 @@ pub(crate) async fn start(
         .server_tls_config(ClientAuth::Request)
         .context("building the TLS configuration")?;
     tracing::info!(%addr, kubeconfig = %kubeconfig.display(), "API server ready");
+    // The scheduler and the controllers reach the API server in process, through its whole
+    // pipeline, as the users their kubeconfigs in DATA_DIR/components name.
+    let in_process = api.in_process();
     if !args.disable_controller_manager {
-        let kubeconfig = args
-            .data_dir
-            .join("components/controller-manager.kubeconfig");
         let mut flags = args.controller_flags.clone();
         // The cluster CA signs approved certificate requests; volumes live with the data.
         let pki_dir = args.data_dir.join("pki");
@@ -296,22 +296,28 @@ pub(crate) async fn start(
                 tracing::warn!(error = %format!("{e:#}"), "creating the default StorageClass");
             }
         });
+        let manager = in_process.client_as("system:kube-controller-manager", &[]);
+        let tokens = in_process.clone();
+        let token_client: capstan_controllers::TokenClient = Arc::new(move |token: &str| {
+            tokens
+                .client_with_token(token)
+                .map_err(|e| anyhow::anyhow!(e))
+        });
         tokio::spawn(async move {
-            if let Err(e) = crate::controller_manager_cmd::start(&kubeconfig, opts).await {
+            if let Err(e) = capstan_controllers::run_with(manager, token_client, opts).await {
                 tracing::error!(error = %format!("{e:#}"), "controller manager stopped");
             }
         });
     }
     if !args.disable_scheduler {
-        let kubeconfig = args.data_dir.join("components/scheduler.kubeconfig");
+        let client = in_process.client_as("system:kube-scheduler", &[]);
         tokio::spawn(async move {
             let cfg = capstan_scheduler::config::default_config();
-            if let Err(e) = crate::scheduler_cmd::start(&kubeconfig, &cfg, true).await {
+            if let Err(e) = crate::scheduler_cmd::start_with(client, &cfg, true).await {
                 tracing::error!(error = %format!("{e:#}"), "scheduler stopped");
             }
         });
     }
-    let in_process = api.in_process();
     let serve = Box::pin(capstan_apiserver::server::serve(
         listener, tls, api, shutdown,
     ));

@@ -7,7 +7,6 @@ use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::PostParams;
-use kube::config::AuthInfo;
 use kube::{Api, Client};
 
 /// Tokens are asked for a year; the manager asks again when it restarts.
@@ -16,7 +15,7 @@ const TOKEN_SECONDS: i64 = 365 * 24 * 3600;
 /// A client authenticating as `system:serviceaccount:kube-system:<account>`.
 pub async fn client_for(
     manager: &Client,
-    config: &kube::Config,
+    token_client: &crate::TokenClient,
     account: &str,
 ) -> anyhow::Result<Client> {
     let accounts: Api<ServiceAccount> = Api::namespaced(manager.clone(), "kube-system");
@@ -49,11 +48,5 @@ pub async fn client_for(
         .status
         .map(|s| s.token)
         .ok_or_else(|| anyhow::anyhow!("no token in the TokenRequest for {account}"))?;
-    let mut config = config.clone();
-    config.auth_info = AuthInfo {
-        token: Some(token.into()),
-        ..Default::default()
-    };
-    // HTTP/2: one multiplexed connection per controller instead of one per request in flight.
-    capstan_runtime::client::client(config)
+    token_client(&token)
 }

@@ -223,6 +223,30 @@ impl Ctx {
 /// controller writes with a token of its service account in kube-system).
 pub async fn run(config: kube::Config, opts: Options) -> anyhow::Result<()> {
     let client = capstan_runtime::client::client(config.clone())?;
+    let token_client: TokenClient = Arc::new(move |token: &str| {
+        let mut config = config.clone();
+        config.auth_info = kube::config::AuthInfo {
+            token: Some(token.to_string().into()),
+            ..Default::default()
+        };
+        // HTTP/2: one multiplexed connection per controller instead of one per request in
+        // flight.
+        capstan_runtime::client::client(config)
+    });
+    run_with(client, token_client, opts).await
+}
+
+/// Makes a client that authenticates with a service account token (a controller's own
+/// credentials, see [`Options::use_service_account_credentials`]).
+pub type TokenClient = Arc<dyn Fn(&str) -> anyhow::Result<Client> + Send + Sync>;
+
+/// [`run`] over clients the caller makes: `client` is the manager's own, `token_client` makes
+/// the controllers' (for instance in-process clients of an API server in the same process).
+pub async fn run_with(
+    client: Client,
+    token_client: TokenClient,
+    opts: Options,
+) -> anyhow::Result<()> {
     if let Some(name) = opts.unknown_controller() {
         anyhow::bail!("--controllers: unknown controller {name:?}");
     }
@@ -251,7 +275,7 @@ pub async fn run(config: kube::Config, opts: Options) -> anyhow::Result<()> {
             continue;
         }
         let client = if opts.use_service_account_credentials {
-            credentials::client_for(&client, &config, account).await?
+            credentials::client_for(&client, &token_client, account).await?
         } else {
             client.clone()
         };
