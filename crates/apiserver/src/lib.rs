@@ -37,6 +37,7 @@ pub mod sparse;
 pub mod tables;
 pub mod validation;
 pub mod watch_cache;
+pub mod watch_queue;
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};

@@ -23,7 +23,9 @@ use capstan_api::catalogue::ResourceInfo;
 use capstan_store::{EventKind, RangeRequest, Store, StoreError, WatchRequest};
 use parking_lot::RwLock;
 use serde_json::{Map, Value};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
+
+use crate::watch_queue;
 
 use crate::codec;
 use crate::error::{ApiError, ApiResult};
@@ -311,7 +313,7 @@ pub struct WatchItem {
 
 struct Watcher {
     filter: Filter,
-    tx: mpsc::Sender<WatchItem>,
+    tx: watch_queue::Sender<WatchItem>,
 }
 
 struct Inner {
@@ -350,7 +352,7 @@ pub struct WatchCache {
 /// A registered watch: the events it missed (from the window) then its live channel.
 pub struct Subscription {
     pub initial: Vec<WatchItem>,
-    pub rx: mpsc::Receiver<WatchItem>,
+    pub rx: watch_queue::Receiver<WatchItem>,
     pub id: u64,
     pub cache: Arc<WatchCache>,
 }
@@ -626,7 +628,7 @@ impl WatchCache {
         filter: Filter,
         rev: Option<i64>,
     ) -> ApiResult<Subscription> {
-        let (tx, rx) = mpsc::channel(WATCHER_BUFFER);
+        let (tx, rx) = watch_queue::channel(WATCHER_BUFFER);
         let mut inner = self.inner.write();
         let mut initial = Vec::new();
         match rev {
@@ -917,8 +919,8 @@ mod tests {
         loop {
             match slow.rx.try_recv() {
                 Ok(_) => slow_seen += 1,
-                Err(mpsc::error::TryRecvError::Disconnected) => break,
-                Err(mpsc::error::TryRecvError::Empty) => panic!("the slow watcher was not closed"),
+                Err(watch_queue::TryRecvError::Disconnected) => break,
+                Err(watch_queue::TryRecvError::Empty) => panic!("the slow watcher was not closed"),
             }
         }
         assert_eq!(slow_seen, WATCHER_BUFFER);
