@@ -239,8 +239,7 @@ mod tests {
     fn spliced_revisions_are_decimal() {
         let stored = encode_for_store(&json!({"metadata": {"name": "a"}}));
         for rev in [0, 7, 10, 99, 1_000_000_007, i64::MAX, -3] {
-            let wire: Value =
-                serde_json::from_slice(&with_resource_version(&stored, rev)).unwrap();
+            let wire: Value = serde_json::from_slice(&with_resource_version(&stored, rev)).unwrap();
             assert_eq!(wire["metadata"]["resourceVersion"], rev.to_string());
         }
     }

@@ -608,7 +608,6 @@ const BOOKMARK_EVERY: Duration = Duration::from_secs(30);
 /// A watch response body is cut into frames of at most about this many bytes.
 const WATCH_FRAME_BYTES: usize = 64 * 1024;
 
-
 /// The state of one watch response, polled directly by the connection: each poll takes every
 /// event already queued for the watcher (up to [`WATCH_FRAME_BYTES`]) and sends them as one
 /// body frame, so a busy watch costs one write per batch rather than one per event.
@@ -632,10 +631,8 @@ impl WatchStream {
         last_rev: i64,
         timeout: Duration,
     ) -> Self {
-        let mut tick = tokio::time::interval_at(
-            tokio::time::Instant::now() + BOOKMARK_EVERY,
-            BOOKMARK_EVERY,
-        );
+        let mut tick =
+            tokio::time::interval_at(tokio::time::Instant::now() + BOOKMARK_EVERY, BOOKMARK_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         WatchStream {
             initial,
@@ -1097,4 +1094,3 @@ impl WithMessage for ApiError {
         self
     }
 }
-

@@ -357,10 +357,7 @@ fn objects(api: &ApiServer, plural: &str, namespace: &str, labels: &str) -> ApiR
         .ok_or_else(|| ApiError::internal(format!("no {plural} registry")))?;
     let filter = Filter::new(reg.info, namespace, labels, "")?;
     let (objs, _) = reg.cache.list(&filter);
-    Ok(objs
-        .iter()
-        .filter_map(|o| o.value())
-        .collect())
+    Ok(objs.iter().filter_map(|o| o.value()).collect())
 }
 
 fn meta_str<'a>(obj: &'a Value, field: &str) -> &'a str {

@@ -99,10 +99,7 @@ async fn furnish(weak: &Weak<ApiServer>, ns: &str, ca_pem: &str) -> Option<()> {
     }
     let cms = server.registry("", "v1", "configmaps")?;
     let wanted = json!({ "ca.crt": ca_pem });
-    let current = cms
-        .cache
-        .get(ns, ROOT_CA_CONFIGMAP)
-        .and_then(|o| o.value());
+    let current = cms.cache.get(ns, ROOT_CA_CONFIGMAP).and_then(|o| o.value());
     match current {
         None => {
             let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",

@@ -581,7 +581,10 @@ impl WatchCache {
     /// Take back the offer of a write that did not happen.
     pub fn withdraw(&self, key: &str, stored: &Bytes) {
         let mut prepared = self.prepared.lock();
-        if prepared.get(key).is_some_and(|o| same_bytes(&o.body, stored)) {
+        if prepared
+            .get(key)
+            .is_some_and(|o| same_bytes(&o.body, stored))
+        {
             prepared.remove(key);
         }
     }
@@ -854,7 +857,11 @@ mod tests {
         assert!(c.prepared.lock().is_empty(), "the offer was taken");
         let obj = c.get("default", "a").unwrap();
         assert_eq!((obj.labels["v"].as_str(), obj.rev), (Some("1"), 6));
-        assert_eq!(obj.body.as_ptr(), s1.as_ptr(), "the store's bytes are shared");
+        assert_eq!(
+            obj.body.as_ptr(),
+            s1.as_ptr(),
+            "the store's bytes are shared"
+        );
         let wire: Value = serde_json::from_slice(&obj.json()).unwrap();
         assert_eq!(wire["metadata"]["resourceVersion"], "6");
         // A failed write takes its offer back.

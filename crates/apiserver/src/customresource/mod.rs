@@ -307,10 +307,7 @@ impl Controller {
         let Some(server) = self.server.upgrade() else {
             return;
         };
-        let current = crds
-            .cache
-            .get("", name)
-            .and_then(|o| o.value());
+        let current = crds.cache.get("", name).and_then(|o| o.value());
         let Some(crd) = current else {
             self.uninstall(&server, name);
             return;
