@@ -215,13 +215,25 @@ spec:
     for ip in &ips {
         assert!(in_cidr(ip, &pod_cidr), "pod IP {ip} outside {pod_cidr}");
     }
-    // The init container ran to completion; the app container reports its image.
-    let first = jsonpath(
-        &server,
-        &["get", "pods", "-n", &ns, "-l", "app=web"],
-        "{.items[0].status.initContainerStatuses[0].state.terminated.reason} {.items[0].status.containerStatuses[0].image} {.items[0].status.containerStatuses[0].ready}",
+    // The init container ran to completion; the app container reports its image and becomes
+    // ready once its readiness probe (every second) has passed, which may come after Running.
+    let first = || {
+        jsonpath(
+            &server,
+            &["get", "pods", "-n", &ns, "-l", "app=web"],
+            "{.items[0].status.initContainerStatuses[0].state.terminated.reason} {.items[0].status.containerStatuses[0].image} {.items[0].status.containerStatuses[0].ready}",
+        )
+    };
+    assert!(
+        first().starts_with("Completed docker.io/library/nginx:1.27 "),
+        "{}",
+        first()
     );
-    assert_eq!(first, "Completed docker.io/library/nginx:1.27 true");
+    wait_until(
+        "the first pod's container to be ready",
+        Duration::from_secs(30),
+        || first() == "Completed docker.io/library/nginx:1.27 true",
+    );
     // The annotated pod ends as asked.
     wait_until(
         "the job-like pod to succeed",
