@@ -138,7 +138,19 @@ pub fn encode_for_store(obj: &Value) -> Bytes {
         serde_json::to_writer(&mut out, v).expect("values serialize");
     }
     out.push(b'}');
-    out.into()
+    exact(out)
+}
+
+/// Stored bytes live as long as the object (the store, the watch cache and its events share
+/// them), but the buffer they were written into grew by doubling: a 5.5 KB Pod sat in 8 KB.
+/// Copy them into an allocation of their own size unless little would be saved (an
+/// allocator's realloc does not shrink a block it would keep more than half of).
+fn exact(out: Vec<u8>) -> Bytes {
+    if out.capacity() - out.len() > out.len() / 16 {
+        Bytes::copy_from_slice(&out)
+    } else {
+        out.into()
+    }
 }
 
 /// Whether `stored` is in the stored form (so that [`write_with_resource_version`] can
@@ -180,7 +192,8 @@ pub fn write_with_resource_version(stored: &[u8], rev: i64, out: &mut BytesMut) 
 /// The wire form of a stored object at revision `rev`.
 pub fn with_resource_version(stored: &[u8], rev: i64) -> Bytes {
     if is_stored_form(stored) {
-        let mut out = BytesMut::new();
+        // The revision adds `"resourceVersion":"N",` (at most 41 bytes).
+        let mut out = BytesMut::with_capacity(stored.len() + 41);
         write_with_resource_version(stored, rev, &mut out);
         return out.freeze();
     }
@@ -219,6 +232,24 @@ fn stored_object(parsed: serde_json::Result<Value>) -> Result<Value, ApiError> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn stored_bytes_do_not_keep_the_slack_of_their_buffer() {
+        let mut slack = Vec::with_capacity(8192);
+        slack.extend_from_slice(&[b'x'; 5000]);
+        let at = slack.as_ptr();
+        let copied = super::exact(slack);
+        assert_ne!(copied.as_ptr(), at, "a buffer with 3 KB of slack is copied");
+        assert_eq!(&copied[..], &[b'x'; 5000][..]);
+        let mut tight = Vec::with_capacity(5100);
+        tight.extend_from_slice(&[b'y'; 5000]);
+        let at = tight.as_ptr();
+        assert_eq!(
+            super::exact(tight).as_ptr(),
+            at,
+            "a nearly full one is kept"
+        );
+    }
+
     use super::*;
     use serde_json::json;
 

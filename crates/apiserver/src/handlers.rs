@@ -1067,12 +1067,10 @@ pub async fn delete_collection(reg: &Registry, call: &Call<'_>) -> ApiResult<Res
         q.str("labelSelector"),
         q.str("fieldSelector"),
     )?;
-    let page = reg.list_from_store(&filter, 0, "", 0).await?;
+    let (rev, names) = reg.names_from_store(&filter).await?;
     let mut deleted = Vec::new();
-    for item in &page.items {
-        let v: Value =
-            serde_json::from_slice(item).map_err(|e| ApiError::internal(e.to_string()))?;
-        match reg.delete(meta::namespace(&v), meta::name(&v), &opts).await {
+    for (namespace, name) in &names {
+        match reg.delete(namespace, name, &opts).await {
             Ok(Deleted::Now(w)) | Ok(Deleted::Pending(w)) => deleted.push(w.json),
             Err(e) if e.code == 404 => {}
             Err(e) => return Err(e),
@@ -1080,7 +1078,7 @@ pub async fn delete_collection(reg: &Registry, call: &Call<'_>) -> ApiResult<Res
     }
     Ok(json_response(
         200,
-        list_body(reg, &list_meta(page.rev, None, None), &deleted),
+        list_body(reg, &list_meta(rev, None, None), &deleted),
     ))
 }
 

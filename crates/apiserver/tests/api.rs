@@ -283,6 +283,46 @@ async fn bound_pods_are_deleted_gracefully() {
 }
 
 #[tokio::test]
+async fn deletecollection_deletes_what_the_selector_selects() {
+    let a = api().await;
+    for i in 0..6 {
+        let mut c = cm(&format!("d{i}"));
+        c["metadata"]["labels"]["parity"] = json!(if i % 2 == 0 { "even" } else { "odd" });
+        assert_eq!(a.post(CMS, c).await.code, 201);
+    }
+    let names = |body: &Value| -> Vec<String> {
+        let mut n: Vec<String> = body["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["metadata"]["name"].as_str().unwrap().to_string())
+            .collect();
+        n.sort();
+        n
+    };
+    let r = a
+        .delete(&format!("{CMS}?labelSelector=parity%3Deven"))
+        .await;
+    assert_eq!(r.code, 200, "{}", r.body);
+    assert_eq!(r.body["kind"], "ConfigMapList");
+    assert_eq!(names(&r.body), ["d0", "d2", "d4"], "the deleted objects");
+    assert_eq!(
+        names(&a.get(CMS).await.body),
+        ["d1", "d3", "d5"],
+        "what is left"
+    );
+    let bad = a
+        .delete(&format!("{CMS}?labelSelector=parity%3D%3D%3D"))
+        .await;
+    assert_eq!(bad.code, 400, "{}", bad.body);
+    assert_eq!(
+        names(&a.get(CMS).await.body).len(),
+        3,
+        "a bad selector deletes nothing"
+    );
+}
+
+#[tokio::test]
 async fn lists_filter_page_and_watch() {
     let a = api().await;
     for i in 0..25 {

@@ -976,6 +976,45 @@ impl Registry {
         continue_token: &str,
         revision: i64,
     ) -> ApiResult<ListPage> {
+        let mut page = ListPage::default();
+        let mut items = Vec::new();
+        let mut stored = Vec::new();
+        self.scan_store(filter, limit, continue_token, revision, &mut page, |obj| {
+            items.push(self.wire(&obj));
+            stored.push(obj.json());
+        })
+        .await?;
+        (page.items, page.stored) = (items, stored);
+        Ok(page)
+    }
+
+    /// The namespace and name of every object in the store that `filter` selects, and the
+    /// revision read: what deletecollection needs, without the objects' JSON.
+    pub async fn names_from_store(
+        &self,
+        filter: &Filter,
+    ) -> ApiResult<(i64, Vec<(String, String)>)> {
+        let mut page = ListPage::default();
+        let mut names = Vec::new();
+        self.scan_store(filter, 0, "", 0, &mut page, |obj| {
+            names.push((obj.namespace, obj.name))
+        })
+        .await?;
+        Ok((page.rev, names))
+    }
+
+    /// Read the objects `filter` selects from the store, `limit` at most (0: all), from
+    /// `continue_token` at `revision` (0: the current one), giving each to `each`; `page` gets
+    /// the revision read and, when the limit cut the list, the continue token and the count left.
+    async fn scan_store(
+        &self,
+        filter: &Filter,
+        limit: usize,
+        continue_token: &str,
+        revision: i64,
+        page: &mut ListPage,
+        mut each: impl FnMut(CachedObject),
+    ) -> ApiResult<()> {
         let base = match &filter.namespace {
             Some(ns) if self.info.namespaced => format!("{}{ns}/", self.prefix),
             _ => self.prefix.clone(),
@@ -986,7 +1025,7 @@ impl Registry {
             start = format!("{}{token_start}", self.prefix);
             rev = token_rev;
         }
-        let mut page = ListPage::default();
+        let mut taken = 0;
         let chunk = if limit == 0 { 0 } else { limit.max(100) };
         loop {
             let mut req = RangeRequest::prefix(base.clone()).limit(chunk).at(rev);
@@ -1004,10 +1043,10 @@ impl Registry {
             for (i, kv) in resp.kvs.iter().enumerate() {
                 let obj = CachedObject::new(self.storage, &kv.value, kv.mod_revision)?;
                 if filter.matches(&obj) {
-                    page.items.push(self.wire(&obj));
-                    page.stored.push(obj.json());
+                    each(obj);
+                    taken += 1;
                 }
-                if limit > 0 && page.items.len() >= limit {
+                if limit > 0 && taken >= limit {
                     if i + 1 < resp.kvs.len() || resp.more {
                         let mut next =
                             String::from_utf8_lossy(&kv.key[self.prefix.len()..]).into_owned();
@@ -1017,7 +1056,7 @@ impl Registry {
                             page.remaining = Some(resp.count - (i as i64 + 1));
                         }
                     }
-                    return Ok(page);
+                    return Ok(());
                 }
             }
             match resp.kvs.last() {
@@ -1026,7 +1065,7 @@ impl Registry {
                     next.push('\0');
                     start = next;
                 }
-                _ => return Ok(page),
+                _ => return Ok(()),
             }
         }
     }
