@@ -232,26 +232,22 @@ fn stored_object(parsed: serde_json::Result<Value>) -> Result<Value, ApiError> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use serde_json::json;
+
     #[test]
     fn stored_bytes_do_not_keep_the_slack_of_their_buffer() {
         let mut slack = Vec::with_capacity(8192);
         slack.extend_from_slice(&[b'x'; 5000]);
         let at = slack.as_ptr();
-        let copied = super::exact(slack);
+        let copied = exact(slack);
         assert_ne!(copied.as_ptr(), at, "a buffer with 3 KB of slack is copied");
         assert_eq!(&copied[..], &[b'x'; 5000][..]);
         let mut tight = Vec::with_capacity(5100);
         tight.extend_from_slice(&[b'y'; 5000]);
         let at = tight.as_ptr();
-        assert_eq!(
-            super::exact(tight).as_ptr(),
-            at,
-            "a nearly full one is kept"
-        );
+        assert_eq!(exact(tight).as_ptr(), at, "a nearly full one is kept");
     }
-
-    use super::*;
-    use serde_json::json;
 
     #[test]
     fn stored_form_round_trips_with_resource_version() {

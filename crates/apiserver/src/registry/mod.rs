@@ -976,14 +976,13 @@ impl Registry {
         continue_token: &str,
         revision: i64,
     ) -> ApiResult<ListPage> {
-        let mut page = ListPage::default();
-        let mut items = Vec::new();
-        let mut stored = Vec::new();
-        self.scan_store(filter, limit, continue_token, revision, &mut page, |obj| {
-            items.push(self.wire(&obj));
-            stored.push(obj.json());
-        })
-        .await?;
+        let (mut items, mut stored) = (Vec::new(), Vec::new());
+        let mut page = self
+            .scan_store(filter, limit, continue_token, revision, |obj| {
+                items.push(self.wire(&obj));
+                stored.push(obj.json());
+            })
+            .await?;
         (page.items, page.stored) = (items, stored);
         Ok(page)
     }
@@ -994,27 +993,27 @@ impl Registry {
         &self,
         filter: &Filter,
     ) -> ApiResult<(i64, Vec<(String, String)>)> {
-        let mut page = ListPage::default();
         let mut names = Vec::new();
-        self.scan_store(filter, 0, "", 0, &mut page, |obj| {
-            names.push((obj.namespace, obj.name))
-        })
-        .await?;
+        let page = self
+            .scan_store(filter, 0, "", 0, |obj| {
+                names.push((obj.namespace, obj.name))
+            })
+            .await?;
         Ok((page.rev, names))
     }
 
     /// Read the objects `filter` selects from the store, `limit` at most (0: all), from
-    /// `continue_token` at `revision` (0: the current one), giving each to `each`; `page` gets
-    /// the revision read and, when the limit cut the list, the continue token and the count left.
+    /// `continue_token` at `revision` (0: the current one), giving each to `each`. The page
+    /// returned has no items: the revision read and, when the limit cut the list, the continue
+    /// token and the count left.
     async fn scan_store(
         &self,
         filter: &Filter,
         limit: usize,
         continue_token: &str,
         revision: i64,
-        page: &mut ListPage,
         mut each: impl FnMut(CachedObject),
-    ) -> ApiResult<()> {
+    ) -> ApiResult<ListPage> {
         let base = match &filter.namespace {
             Some(ns) if self.info.namespaced => format!("{}{ns}/", self.prefix),
             _ => self.prefix.clone(),
@@ -1025,6 +1024,7 @@ impl Registry {
             start = format!("{}{token_start}", self.prefix);
             rev = token_rev;
         }
+        let mut page = ListPage::default();
         let mut taken = 0;
         let chunk = if limit == 0 { 0 } else { limit.max(100) };
         loop {
@@ -1056,7 +1056,7 @@ impl Registry {
                             page.remaining = Some(resp.count - (i as i64 + 1));
                         }
                     }
-                    return Ok(());
+                    return Ok(page);
                 }
             }
             match resp.kvs.last() {
@@ -1065,7 +1065,7 @@ impl Registry {
                     next.push('\0');
                     start = next;
                 }
-                _ => return Ok(()),
+                _ => return Ok(page),
             }
         }
     }
