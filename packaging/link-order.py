@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """Write crates/capstan/link-order.fc: the functions a `capstan up` cluster runs while it
-starts and then idles, for release builds to lay out together (crates/capstan/build.rs).
+starts, runs a pod and then idles, for release builds to lay out together
+(crates/capstan/build.rs). The functions a `capstan kubelet` of its own runs (registering,
+running and removing pods, idling) come first, so that a node's kubelet maps a short stretch of
+code; the rest of `capstan up`'s follow.
 
     sudo packaging/link-order.py target/release/capstan [--idle 60] [--out FILE] [-- UP ARGS]
 
@@ -59,6 +62,76 @@ def present_text_functions(pid, binary):
     return len(present), [n for _, n in names]
 
 
+def wait_for(what, check, timeout=120):
+    deadline = time.time() + timeout
+    while not check():
+        if time.time() > deadline:
+            sys.exit(f"timed out waiting for {what}")
+        time.sleep(0.5)
+
+
+def ready_node(kubeconfig):
+    out = subprocess.run(["kubectl", "--kubeconfig", kubeconfig, "get", "nodes", "--no-headers"],
+                         capture_output=True, text=True).stdout
+    names = [l.split()[0] for l in out.splitlines() if len(l.split()) > 1 and l.split()[1] == "Ready"]
+    return names[0] if names else None
+
+
+def run_pods(original, kubeconfig, node, pods, work):
+    """Pods created, run and removed through the cluster (`capstan bench podstartup`)."""
+    subprocess.run([original, "bench", "podstartup", "--kubeconfig", kubeconfig, "--node", node,
+                    "--pods", str(pods)], check=True, stdout=subprocess.DEVNULL,
+                   stderr=open(os.path.join(work, "bench.log"), "a"))
+
+
+def kubelet_functions(original, binary, work, data, idle):
+    """The functions a `capstan kubelet` process (run from `binary`, whose pages nothing else
+    maps) runs: against a `capstan server` of the original binary and the containerd that
+    `capstan up` configured under `data`, it registers its node, runs and removes 20 pods and
+    idles."""
+    config = os.path.join(data, "containerd", "config.toml")
+    text = open(config).read()
+    grpc = text[text.index("[grpc]"):]
+    sock = grpc.split('address = "', 1)[1].split('"', 1)[0]
+    procs = []
+    try:
+        procs.append(subprocess.Popen(["containerd", "-c", config],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        srv = os.path.join(work, "srv")
+        procs.append(subprocess.Popen([original, "server", "--data-dir", srv, "--secure-port",
+                                       "6461"], stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL, env={**os.environ, "HOME": work}))
+        kubeconfig = os.path.join(srv, "admin.kubeconfig")
+        wait_for("the server", lambda: os.path.exists(kubeconfig) and subprocess.run(
+            ["kubectl", "--kubeconfig", kubeconfig, "get", "ns"],
+            capture_output=True).returncode == 0)
+        kubelet = subprocess.Popen(
+            [binary, "kubelet", "--kubeconfig", kubeconfig, "--container-runtime-endpoint",
+             "unix://" + sock, "--hostname-override", "link-order", "--root-dir",
+             os.path.join(work, "kubelet"), "--pod-logs-dir", os.path.join(work, "logs"),
+             "--port", "10261"], stdout=subprocess.DEVNULL,
+            stderr=open(os.path.join(work, "kubelet.log"), "w"))
+        procs.append(kubelet)
+        wait_for("the kubelet's Ready node", lambda: ready_node(kubeconfig))
+        run_pods(original, kubeconfig, "link-order", 20, work)
+        time.sleep(idle)
+        return present_text_functions(kubelet.pid, binary)
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def drop_from_page_cache(binary):
+    os.sync()
+    fd = os.open(binary, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("binary")
@@ -71,10 +144,8 @@ def main():
     work = tempfile.mkdtemp(prefix="capstan-link-order-")
     binary = os.path.join(work, "capstan")
     shutil.copy(a.binary, binary)
-    os.sync()
-    fd = os.open(binary, os.O_RDONLY)
-    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    os.close(fd)
+    original = os.path.abspath(a.binary)
+    drop_from_page_cache(binary)
     ra_file = device_read_ahead(binary)
     ra = open(ra_file).read().strip()
     open(ra_file, "w").write("0")
@@ -90,21 +161,30 @@ def main():
                 sys.exit("capstan up did not reach a Ready node:\n"
                          + open(os.path.join(work, "up.log")).read()[-3000:])
             time.sleep(0.5)
+        node = ready_node(os.path.join(data, "admin.kubeconfig"))
+        run_pods(original, os.path.join(data, "admin.kubeconfig"), node, 2, work)
         time.sleep(a.idle)
         pages, names = present_text_functions(p.pid, binary)
         p.send_signal(signal.SIGINT)
         p.wait(timeout=60)
+        drop_from_page_cache(binary)
+        kubelet_pages, kubelet_names = kubelet_functions(original, binary, work, data,
+                                                         min(a.idle, 30))
     finally:
         open(ra_file, "w").write(ra)
     # Front-coded (crates/capstan/build.rs decodes it): the bytes shared with the line
     # before, then the rest.
+    first = set(kubelet_names)
+    order = kubelet_names + [n for n in names if n not in first]
     with open(a.out, "w") as f:
         prev = ""
-        for n in names:
+        for n in order:
             k = len(os.path.commonprefix([prev, n]))
             f.write(f"{k} {n[k:]}\n")
             prev = n
-    print(f"{pages} pages of code ran ({pages * 4} kB); {len(names)} functions -> {a.out}")
+    print(f"capstan up: {pages} pages of code ran ({pages * 4} kB), {len(names)} functions; "
+          f"capstan kubelet: {kubelet_pages} pages ({kubelet_pages * 4} kB), "
+          f"{len(kubelet_names)} functions; {len(order)} -> {a.out}")
     shutil.rmtree(work, ignore_errors=True)
 
 

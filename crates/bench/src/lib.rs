@@ -6,6 +6,7 @@
 pub mod api;
 pub mod auth;
 pub mod controllers;
+pub mod cri;
 pub mod density;
 pub mod dns;
 mod duration;
@@ -59,6 +60,9 @@ pub enum BenchCommand {
     /// Kubernetes' pod start-up latency: many pods created at once on one real node, from
     /// create to Running as a watch sees it, and the kubelet's memory.
     Podstartup(podstartup::PodStartupArgs),
+    /// A CRI runtime's own pod start-up, with no kubelet or API server: many pods started at
+    /// once straight through CRI — the floor under `podstartup`.
+    Cri(cri::CriArgs),
     /// A DNS server's queries per second and latency over UDP (capstan dns, CoreDNS, ...).
     Dns(dns::DnsArgs),
     /// How long a proxy mode takes to program many services (iptables, nftables), in a
@@ -84,6 +88,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::Controllers(args) => controllers::run(args).await,
         BenchCommand::Density(args) => density::run(args).await,
         BenchCommand::Podstartup(args) => podstartup::run(args).await,
+        BenchCommand::Cri(args) => cri::run(args).await,
         BenchCommand::Dns(args) => dns::run(args).await,
         BenchCommand::Proxy(args) => proxy::run(args).await,
         BenchCommand::ProxyThroughput(args) => proxy_throughput::run(args).await,

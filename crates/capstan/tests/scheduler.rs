@@ -246,3 +246,33 @@ fn invalid_scheduler_configuration_is_a_one_line_error_naming_the_field() {
         assert!(!err.contains("panicked"), "{err}");
     }
 }
+
+#[test]
+fn bench_scheduler_through_the_api_counts_every_bound_pod_and_cleans_up() {
+    let s = Server::start_scheduling(&[]);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_capstan"))
+        .args(["bench", "scheduler", "--mode", "api", "--kubeconfig"])
+        .arg(s.kubeconfig())
+        .args(["--nodes", "20", "--pods", "200", "--clients", "8"])
+        .args(["--timeout-seconds", "120"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // "... 20 nodes, 200 pods: created in X s, all bound after Y s = Z pods/s end to end"
+    assert!(text.contains("20 nodes, 200 pods"), "{text}");
+    let rate: f64 = text
+        .split(" = ")
+        .nth(1)
+        .and_then(|t| t.split_whitespace().next())
+        .and_then(|r| r.parse().ok())
+        .unwrap_or_else(|| panic!("no rate in {text}"));
+    assert!(rate > 0.0, "{text}");
+    // Its nodes and namespace are gone afterwards.
+    let nodes = s.ok(&["get", "nodes", "-o", "name"]);
+    assert!(!nodes.contains("bench-node-"), "{nodes}");
+}
