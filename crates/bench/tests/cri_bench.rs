@@ -1,12 +1,10 @@
 //! `capstan bench cri` against a real containerd (testkit's private one, with runc and the
 //! bridge CNI plugin): it starts every pod, measures each, and leaves no sandbox behind.
 
-use std::time::Duration;
-
 use capstan_bench::cri::{measure, CriArgs};
 use capstan_cri::v1;
 use capstan_cri::Runtime as _;
-use capstan_testkit::node::{Containerd, Registry};
+use capstan_testkit::node::{BridgeNetwork, Containerd, Registry};
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -18,32 +16,11 @@ fn runtime() -> tokio::runtime::Runtime {
 
 #[test]
 fn starts_every_pod_through_cri_and_removes_them_after() {
-    /// Deletes the bridge however the test ends (declared first: dropped last).
-    struct Link(String);
-    impl Drop for Link {
-        fn drop(&mut self) {
-            Containerd::remove_link(&self.0);
-        }
-    }
-    let salt = std::process::id()
-        ^ std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-    let bridge = format!("cbb{:08x}", salt.wrapping_mul(2654435761));
-    let _link = Link(bridge.clone());
+    // Declared first: the bridge goes after the pods.
+    let net = BridgeNetwork::new("cbb", 252);
     let registry = Registry::start();
     let containerd = Containerd::start(&registry);
-    // Outside the ranges the e2e clusters and the CRI tests take.
-    let subnet = format!("10.252.{}.0/24", 1 + salt % 250);
-    let conf = format!(
-        r#"{{"cniVersion": "0.4.0", "name": "bench", "plugins": [
-            {{"type": "bridge", "bridge": "{bridge}", "isGateway": true,
-              "ipam": {{"type": "host-local", "dataDir": "{}/ipam",
-                        "ranges": [[{{"subnet": "{subnet}"}}]]}}}}]}}"#,
-        containerd.dir().display()
-    );
-    std::fs::write(containerd.cni_conf_dir().join("10-bench.conflist"), conf).unwrap();
+    net.install(&containerd, false, false);
     let logs = tempfile::tempdir().unwrap();
     let args = CriArgs {
         endpoint: containerd.endpoint(),
@@ -54,29 +31,6 @@ fn starts_every_pod_through_cri_and_removes_them_after() {
     };
     runtime().block_on(async {
         let cri = capstan_cri::Cri::connect(&containerd.endpoint()).unwrap();
-        // containerd picks the network configuration up from the directory.
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            let status = cri
-                .status(v1::StatusRequest { verbose: false })
-                .await
-                .unwrap()
-                .status
-                .unwrap_or_default();
-            let network_ready = status
-                .conditions
-                .iter()
-                .any(|c| c.r#type == "NetworkReady" && c.status);
-            if network_ready {
-                break;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "containerd's network never became ready: {status:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-
         let m = measure(&args).await.expect("the pods start");
         assert_eq!(m.pods, 3);
         assert!(m.p50_ms > 0.0, "{m:?}");

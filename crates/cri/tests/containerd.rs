@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use capstan_cri::v1;
 use capstan_cri::{Cri, Runtime};
-use capstan_testkit::node::{Containerd, Registry};
+use capstan_testkit::node::{BridgeNetwork, Containerd, Registry};
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -404,58 +404,19 @@ fn get(port: u16, path: &str) -> String {
 /// host; dropping the fixture with the pod still running tears its network down.
 #[test]
 fn pod_network_through_cni_is_torn_down_on_drop() {
-    /// Deletes the bridge however the test ends (declared first: dropped last).
-    struct Link(String);
-    impl Drop for Link {
-        fn drop(&mut self) {
-            Containerd::remove_link(&self.0);
-        }
-    }
-    let salt = std::process::id()
-        ^ std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-    let bridge = format!("ctb{:08x}", salt.wrapping_mul(2654435761));
-    let link = Link(bridge.clone());
+    // Declared first: the bridge goes after the pods.
+    let net = BridgeNetwork::new("ctb", 251);
     let registry = Registry::start();
     let containerd = Containerd::start(&registry);
     let logs = tempfile::tempdir().unwrap();
     let busybox = registry.image("busybox");
-    // Outside the 10.100-10.250 ranges the e2e clusters take.
-    let subnet_octet = 1 + salt % 250;
-    let subnet = format!("10.251.{subnet_octet}.0/24");
-    let conf = format!(
-        r#"{{"cniVersion": "0.4.0", "name": "test", "plugins": [
-            {{"type": "bridge", "bridge": "{bridge}", "isGateway": true, "ipMasq": true,
-              "ipam": {{"type": "host-local", "dataDir": "{}/ipam",
-                        "ranges": [[{{"subnet": "{subnet}"}}]]}}}},
-            {{"type": "portmap", "capabilities": {{"portMappings": true}}}}]}}"#,
-        containerd.dir().display()
-    );
-    std::fs::write(containerd.cni_conf_dir().join("10-test.conflist"), conf).unwrap();
+    net.install(&containerd, true, true);
+    let (bridge, subnet) = (net.bridge.clone(), net.subnet.clone());
     let log_dir = logs.path().join("default_net_uid-net");
     std::fs::create_dir_all(&log_dir).unwrap();
 
     let pod_ip = runtime().block_on(async {
         let cri = Cri::connect(&containerd.endpoint()).unwrap();
-        // containerd picks the configuration up from the directory.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let status = cri
-                .status(v1::StatusRequest { verbose: false })
-                .await
-                .unwrap()
-                .status
-                .unwrap_or_default();
-            let ready = |t: &str| status.conditions.iter().any(|c| c.r#type == t && c.status);
-            if ready("RuntimeReady") && ready("NetworkReady") {
-                break;
-            }
-            assert!(Instant::now() < deadline, "network not ready: {status:?}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-
         cri.pull_image(v1::PullImageRequest {
             image: image(&busybox),
             ..Default::default()
@@ -490,7 +451,7 @@ fn pod_network_through_cni_is_torn_down_on_drop() {
             .unwrap();
         let ip = status.network.map(|n| n.ip).unwrap_or_default();
         assert!(
-            ip.starts_with(&format!("10.251.{subnet_octet}.")),
+            ip.starts_with(subnet.trim_end_matches("0/24")),
             "{ip:?} not in {subnet}"
         );
 
@@ -547,7 +508,7 @@ fn pod_network_through_cni_is_torn_down_on_drop() {
     assert!(nat_rules().contains(&masquerade), "{}", nat_rules());
 
     drop(containerd);
-    drop(link);
+    drop(net);
     let links = std::process::Command::new("ip")
         .args(["-o", "link"])
         .output()

@@ -555,6 +555,78 @@ impl Containerd {
     }
 }
 
+/// A pod network for a test's own containerd: a bridge and a /24 of its own, set up by the
+/// bridge CNI plugin. Dropping it deletes the bridge: declare it before the [`Containerd`],
+/// so that the pods are removed first.
+pub struct BridgeNetwork {
+    pub bridge: String,
+    pub subnet: String,
+}
+
+impl BridgeNetwork {
+    /// A bridge named `prefix` (three letters) and eight hex digits, and a /24 out of
+    /// 10.`second_octet`.0.0/16 (outside the 10.100-10.250 ranges the e2e clusters take).
+    pub fn new(prefix: &str, second_octet: u8) -> BridgeNetwork {
+        let salt = std::process::id()
+            ^ std::time::SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default()
+                .subsec_nanos();
+        BridgeNetwork {
+            bridge: format!("{prefix}{:08x}", salt.wrapping_mul(2654435761)),
+            subnet: format!("10.{second_octet}.{}.0/24", 1 + salt % 250),
+        }
+    }
+
+    /// Write the network's configuration list into `containerd`'s CNI directory (the bridge
+    /// plugin with `ip_masq`, then portmap when asked) and wait until containerd reports its
+    /// network ready.
+    pub fn install(&self, containerd: &Containerd, ip_masq: bool, portmap: bool) {
+        let portmap = match portmap {
+            true => r#", {"type": "portmap", "capabilities": {"portMappings": true}}"#,
+            false => "",
+        };
+        let conf = format!(
+            r#"{{"cniVersion": "0.4.0", "name": "test", "plugins": [
+                {{"type": "bridge", "bridge": "{}", "isGateway": true, "ipMasq": {ip_masq},
+                  "ipam": {{"type": "host-local", "dataDir": "{}/ipam",
+                            "ranges": [[{{"subnet": "{}"}}]]}}}}{portmap}]}}"#,
+            self.bridge,
+            containerd.dir().display(),
+            self.subnet
+        );
+        std::fs::write(containerd.cni_conf_dir().join("10-test.conflist"), conf)
+            .expect("writing the CNI configuration");
+        // containerd picks the configuration up from the directory.
+        let endpoint = containerd.endpoint();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let status = block_on(async {
+                let cri = capstan_cri::Cri::connect(&endpoint)?;
+                capstan_cri::Runtime::status(
+                    &cri,
+                    capstan_cri::v1::StatusRequest { verbose: false },
+                )
+                .await
+                .map_err(|e| e.to_string())
+            });
+            let status = status.ok().and_then(|s| s.status).unwrap_or_default();
+            let ready = |t: &str| status.conditions.iter().any(|c| c.r#type == t && c.status);
+            if ready("RuntimeReady") && ready("NetworkReady") {
+                return;
+            }
+            assert!(Instant::now() < deadline, "network not ready: {status:?}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for BridgeNetwork {
+    fn drop(&mut self) {
+        Containerd::remove_link(&self.bridge);
+    }
+}
+
 impl Drop for Containerd {
     fn drop(&mut self) {
         let alive = matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)));
