@@ -101,12 +101,13 @@ fn container_config(image: &str) -> cri::ContainerConfig {
     }
 }
 
-/// Start one pod; its sandbox id is pushed to `sandboxes` as soon as it exists.
+/// Start one pod as the kubelet would: its sandbox, then its one container. (Whatever it
+/// leaves is removed by namespace afterwards.)
 async fn start_pod(
     rt: &capstan_cri::Cri,
     config: cri::PodSandboxConfig,
     image: &str,
-) -> Result<String> {
+) -> Result<()> {
     let sandbox = rt
         .run_pod_sandbox(cri::RunPodSandboxRequest {
             config: Some(config.clone()),
@@ -117,7 +118,7 @@ async fn start_pod(
         .pod_sandbox_id;
     let container = rt
         .create_container(cri::CreateContainerRequest {
-            pod_sandbox_id: sandbox.clone(),
+            pod_sandbox_id: sandbox,
             config: Some(container_config(image)),
             sandbox_config: Some(config),
         })
@@ -129,7 +130,7 @@ async fn start_pod(
     })
     .await
     .context("StartContainer")?;
-    Ok(sandbox)
+    Ok(())
 }
 
 pub async fn measure(args: &CriArgs) -> Result<CriMeasurement> {

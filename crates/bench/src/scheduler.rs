@@ -93,7 +93,6 @@ pub struct SchedulerMeasurement {
     pub pods_per_second: f64,
 }
 
-/// A fake node: 32 CPUs, 128 GiB, 110 pods, in one of 10 zones.
 /// What the api mode reads of a watched pod.
 #[derive(Clone, Debug, Deserialize)]
 struct BoundPod {
@@ -113,6 +112,7 @@ struct BoundPodSpec {
     node_name: Option<String>,
 }
 
+/// A fake node: 32 CPUs, 128 GiB, 110 pods, in one of 10 zones.
 pub fn node_json(i: usize, run: &str) -> Value {
     json!({
         "apiVersion": "v1",
