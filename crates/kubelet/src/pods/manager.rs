@@ -206,13 +206,6 @@ impl Manager {
                 .filter(|p| pod_uid(p) == uid)?
         };
         let target = pod_uid(&cached).to_string();
-        let rv = |p: &Pod| {
-            p.metadata
-                .resource_version
-                .as_deref()
-                .and_then(|v| v.parse::<u64>().ok())
-                .unwrap_or(0)
-        };
         let mut written = self.written.lock();
         let newer = match written.get(uid) {
             Some(w) if pod_uid(w) == target && rv(w) > rv(&cached) => Some(w.clone()),
@@ -225,6 +218,16 @@ impl Manager {
             None => None,
         };
         Some(newer.unwrap_or_else(|| (*cached).clone()))
+    }
+
+    /// The informer has `pod` now: the copy a status write returned, if no newer, is of no
+    /// more use (it would otherwise stay, a whole pod per pod, until the next status write).
+    pub fn informer_has(&self, pod: &Pod) {
+        let uid = pod_uid(pod);
+        let mut written = self.written.lock();
+        if written.get(uid).is_some_and(|w| rv(w) <= rv(pod)) {
+            written.remove(uid);
+        }
     }
 
     async fn write_status(&self, pod: &Pod, new: &PodStatus, finished: bool) -> Result<(), String> {
@@ -249,7 +252,8 @@ impl Manager {
                 .replace_status(pod_name(pod), &PostParams::default(), &body)
                 .await
             {
-                Ok(p) => {
+                Ok(mut p) => {
+                    p.metadata.managed_fields = None;
                     self.written.lock().insert(uid, p);
                     return Ok(());
                 }
@@ -359,4 +363,13 @@ pub(crate) fn node_ips(k: &Kubelet, node: Option<&Node>) -> Vec<String> {
         .node_ip
         .map(|ip| vec![ip.to_string()])
         .unwrap_or_default()
+}
+
+/// A pod's resourceVersion as a number (0 when missing or not a number).
+fn rv(p: &Pod) -> u64 {
+    p.metadata
+        .resource_version
+        .as_deref()
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(0)
 }

@@ -75,6 +75,7 @@ pub(crate) fn ensure_worker(m: &Arc<Manager>, pod: &Arc<Pod>) {
     if uid.is_empty() {
         return;
     }
+    m.informer_has(pod);
     let mut workers = m.workers.lock();
     if let Some(w) = workers.get(uid) {
         w.update(pod.clone());

@@ -1872,3 +1872,22 @@ fn admission_rejects_what_does_not_fit() {
         "forbidden sysctl: \"kernel.msgmax\" not allowlisted"
     );
 }
+
+#[tokio::test]
+async fn a_status_writes_copy_is_dropped_once_the_informer_has_that_version() {
+    let e = env();
+    let with_rv = |rv: &str| {
+        let mut p = pod("web", "Always", vec![container("c")], vec![]);
+        p.metadata.resource_version = Some(rv.into());
+        p
+    };
+    e.m.written.lock().insert("uid-web".into(), with_rv("10"));
+    // An older version reaching the informer keeps the newer copy.
+    e.m.informer_has(&with_rv("9"));
+    assert!(e.m.written.lock().contains_key("uid-web"));
+    // Another pod's version touches nothing.
+    e.m.informer_has(&pod("other", "Always", vec![container("c")], vec![]));
+    assert!(e.m.written.lock().contains_key("uid-web"));
+    e.m.informer_has(&with_rv("10"));
+    assert!(!e.m.written.lock().contains_key("uid-web"));
+}
