@@ -1,7 +1,7 @@
-//! Release builds are position-dependent executables and lay out the code start-up and an idle
-//! cluster run together, so the kernel maps fewer pages of the binary (docs/install.md). `link-order.fc` lists those functions,
-//! each line as `N SUFFIX`: the first N bytes of the line before, then SUFFIX (the names
-//! share long prefixes; the plain list would be 5.6 MB).
+//! Release builds are position-dependent executables and lay out the code start-up and an
+//! idle cluster run together, so the kernel maps fewer pages of the binary (docs/install.md).
+//! `link-order.fc` lists those functions, each line as `N SUFFIX`: the first N bytes of the
+//! line before, then SUFFIX (the names share long prefixes; the plain list would be 5.6 MB).
 
 use std::fmt::Write as _;
 
