@@ -3,7 +3,7 @@
 //! slower than the scheduler (Kubernetes drops them too), and a repeat of the same event within
 //! six minutes updates the first one's `series` instead of creating another.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -92,13 +92,63 @@ struct Seen {
     first: Instant,
 }
 
+/// The events recorded within the last [`SERIES_WINDOW`], by what makes two of them the same
+/// (object, reason, action, note), with their expiry in the order they were created: expiring
+/// costs only the entries that expire, not a pass over all of them per event (with 10,000 pods
+/// scheduled that pass was most of the event writer's CPU).
+#[derive(Default)]
+struct SeriesCache {
+    seen: HashMap<String, Seen>,
+    order: VecDeque<(Instant, String)>,
+}
+
+impl SeriesCache {
+    fn expire(&mut self, now: Instant) {
+        while let Some((first, _)) = self.order.front() {
+            if now.saturating_duration_since(*first) < SERIES_WINDOW {
+                break;
+            }
+            let Some((first, key)) = self.order.pop_front() else {
+                break;
+            };
+            // The key may have expired and been recorded again since: keep the newer one.
+            if self.seen.get(&key).is_some_and(|s| s.first == first) {
+                self.seen.remove(&key);
+            }
+        }
+    }
+
+    /// Count a repeat of `key`: the series' event (namespace, name) and its new count, or None
+    /// when the event has not been recorded within the window.
+    fn repeat(&mut self, key: &str, now: Instant) -> Option<(String, String, i32)> {
+        self.expire(now);
+        self.seen.get_mut(key).map(|s| {
+            s.count += 1;
+            (s.namespace.clone(), s.name.clone(), s.count)
+        })
+    }
+
+    fn insert(&mut self, key: String, namespace: String, name: String, now: Instant) {
+        self.order.push_back((now, key.clone()));
+        self.seen.insert(
+            key,
+            Seen {
+                namespace,
+                name,
+                count: 1,
+                first: now,
+            },
+        );
+    }
+}
+
 async fn write_events(
     client: Client,
     controller: String,
     instance: String,
     rx: mpsc::Receiver<Record>,
 ) {
-    let seen: std::sync::Mutex<HashMap<String, Seen>> = Default::default();
+    let seen: std::sync::Mutex<SeriesCache> = Default::default();
     let stream = tokio_stream_from(rx);
     stream
         .for_each_concurrent(CONCURRENCY, |r| {
@@ -118,11 +168,7 @@ async fn write_events(
                 let now = chrono_now();
                 let repeat = {
                     let mut m = seen.lock().unwrap_or_else(|e| e.into_inner());
-                    m.retain(|_, s| s.first.elapsed() < SERIES_WINDOW);
-                    m.get_mut(&key).map(|s| {
-                        s.count += 1;
-                        (s.namespace.clone(), s.name.clone(), s.count)
-                    })
+                    m.repeat(&key, Instant::now())
                 };
                 if let Some((ns, name, count)) = repeat {
                     let patch = serde_json::json!({"series": {"count": count, "lastObservedTime": MicroTime(now)}});
@@ -157,7 +203,7 @@ async fn write_events(
                 match api.create(&PostParams::default(), &ev).await {
                     Ok(_) => {
                         let mut m = seen.lock().unwrap_or_else(|e| e.into_inner());
-                        m.insert(key, Seen { namespace: ns, name, count: 1, first: Instant::now() });
+                        m.insert(key, ns, name, Instant::now());
                     }
                     Err(e) => tracing::debug!(error = %e, "recording event"),
                 }
@@ -182,4 +228,57 @@ fn unix_nanos() -> u128 {
 /// The current time as k8s-openapi's timestamp type.
 pub fn chrono_now() -> k8s_openapi::jiff::Timestamp {
     k8s_openapi::jiff::Timestamp::now()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_repeat_within_the_window_counts_into_the_first_events_series() {
+        let t0 = Instant::now();
+        let mut c = SeriesCache::default();
+        assert_eq!(c.repeat("a", t0), None);
+        c.insert("a".into(), "ns".into(), "p.1".into(), t0);
+        c.insert(
+            "b".into(),
+            "ns".into(),
+            "q.1".into(),
+            t0 + Duration::from_secs(60),
+        );
+        assert_eq!(
+            c.repeat("a", t0 + Duration::from_secs(1)),
+            Some(("ns".into(), "p.1".into(), 2))
+        );
+        assert_eq!(
+            c.repeat("a", t0 + Duration::from_secs(2)),
+            Some(("ns".into(), "p.1".into(), 3))
+        );
+        // Six minutes after the first, "a" expires and "b" (a minute younger) does not.
+        let later = t0 + SERIES_WINDOW;
+        assert_eq!(c.repeat("a", later), None);
+        assert_eq!(c.repeat("b", later), Some(("ns".into(), "q.1".into(), 2)));
+        assert_eq!(c.seen.len(), 1);
+        assert_eq!(c.order.len(), 1);
+    }
+
+    #[test]
+    fn an_event_created_twice_at_once_expires_with_its_later_copy() {
+        // Two writers saw no series for "a" and both created an event: the later one is kept,
+        // and the earlier one's expiry does not remove it.
+        let t0 = Instant::now();
+        let mut c = SeriesCache::default();
+        c.insert("a".into(), "ns".into(), "p.1".into(), t0);
+        c.insert(
+            "a".into(),
+            "ns".into(),
+            "p.2".into(),
+            t0 + Duration::from_secs(10),
+        );
+        let t1 = t0 + SERIES_WINDOW + Duration::from_secs(1);
+        assert_eq!(c.repeat("a", t1), Some(("ns".into(), "p.2".into(), 2)));
+        assert_eq!(c.order.len(), 1);
+        assert_eq!(c.repeat("a", t1 + Duration::from_secs(10)), None);
+        assert!(c.seen.is_empty() && c.order.is_empty());
+    }
 }
