@@ -73,15 +73,15 @@ pub async fn bind(pods: &Registry, call: &Call<'_>) -> ApiResult<http::Response<
     }
     let opts = WriteOptions::default();
     let ns = call.info.namespace.clone();
-    pods.update_with(&ns, &name, "binding", &opts, |old| {
-        if meta::deletion_timestamp(old).is_some() {
+    pods.bind_with(&ns, &name, &opts, |pod| {
+        if meta::deletion_timestamp(pod).is_some() {
             return Err(ApiError::conflict(
                 pods.info,
                 &name,
                 "pod is being deleted, cannot be assigned to a host",
             ));
         }
-        if let Some(node) = old
+        if let Some(node) = pod
             .pointer("/spec/nodeName")
             .and_then(Value::as_str)
             .filter(|n| !n.is_empty())
@@ -92,15 +92,14 @@ pub async fn bind(pods: &Registry, call: &Call<'_>) -> ApiResult<http::Response<
                 &format!("pod {name} is already assigned to node \"{node}\""),
             ));
         }
-        let mut next = old.clone();
-        next["spec"]["nodeName"] = json!(target);
-        set_condition(&mut next, "PodScheduled", "True");
+        pod["spec"]["nodeName"] = json!(target);
+        set_condition(pod, "PodScheduled", "True");
         // Annotations on the Binding are copied to the pod, as Kubernetes does.
         if let Some(annotations) = binding
             .pointer("/metadata/annotations")
             .and_then(Value::as_object)
         {
-            let md = meta::metadata_mut(&mut next);
+            let md = meta::metadata_mut(pod);
             let target = md.entry("annotations").or_insert_with(|| json!({}));
             if let Some(t) = target.as_object_mut() {
                 for (k, v) in annotations {
@@ -108,7 +107,7 @@ pub async fn bind(pods: &Registry, call: &Call<'_>) -> ApiResult<http::Response<
                 }
             }
         }
-        Ok(next)
+        Ok(())
     })
     .await?;
     Ok(success(201))

@@ -292,13 +292,19 @@ async fn measure(
         .into_iter()
         .collect::<Result<Vec<_>>>()?;
     // Watch for bindings before the first pod exists. The harness shares the machine with the
-    // cluster, so it reads only what it needs of each event (the pod's name and node) and
-    // sends bodies encoded up front without parsing the answers.
+    // cluster, so it watches only bound pods (a field selector: each pod arrives once, when it
+    // is bound, not also when it is created), reads only what it needs of each event (the
+    // pod's name and node) and sends bodies encoded up front without parsing the answers.
     let want = args.pods;
     let (done_tx, done_rx) = tokio::sync::oneshot::channel::<Instant>();
     let collection = format!("/api/v1/namespaces/{ns}/pods");
     let watch = Request::new(&collection)
-        .watch(&WatchParams::default().timeout(290), "0")
+        .watch(
+            &WatchParams::default()
+                .fields("spec.nodeName!=")
+                .timeout(290),
+            "0",
+        )
         .context("building the watch")?;
     let mut events = client
         .request_events::<BoundPod>(watch)

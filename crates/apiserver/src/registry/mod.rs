@@ -543,6 +543,40 @@ impl Registry {
         opts: &WriteOptions,
         mut f: impl FnMut(&Value) -> ApiResult<Value>,
     ) -> ApiResult<Written> {
+        self.guaranteed_update(ns, name, subresource, opts, |old| {
+            let next = f(&old)?;
+            Ok((next, Some(old)))
+        })
+        .await
+    }
+
+    /// A pod's binding: `f` edits the pod as stored. Nothing after it needs the pod as it was
+    /// (a binding skips the update checks, field tracking and admission), so it is edited in
+    /// place rather than copied.
+    pub async fn bind_with(
+        &self,
+        ns: &str,
+        name: &str,
+        opts: &WriteOptions,
+        mut f: impl FnMut(&mut Value) -> ApiResult<()>,
+    ) -> ApiResult<Written> {
+        self.guaranteed_update(ns, name, "binding", opts, |mut obj| {
+            f(&mut obj)?;
+            Ok((obj, None))
+        })
+        .await
+    }
+
+    /// The loop of [`Registry::update_with`]: `f` takes the current object (in this registry's
+    /// version) and returns the desired one and, unless this is a binding, the current one back.
+    async fn guaranteed_update(
+        &self,
+        ns: &str,
+        name: &str,
+        subresource: &str,
+        opts: &WriteOptions,
+        mut f: impl FnMut(Value) -> ApiResult<(Value, Option<Value>)>,
+    ) -> ApiResult<Written> {
         let key = self.key(ns, name);
         for _ in 0..MAX_RETRIES {
             let (kv, _) = self
@@ -555,32 +589,33 @@ impl Registry {
             if self.info.custom {
                 set_api_version(&mut old, self.storage);
             }
-            let next = match self.view {
-                None => f(&old)?,
-                Some(_) => f(&self.from_storage(old.clone()))?,
+            let (next, old) = match self.view {
+                None => f(old)?,
+                Some(_) => (f(self.from_storage(old.clone()))?.0, Some(old)),
             };
             let wanted_rv = meta::resource_version(&next).to_string();
             if !wanted_rv.is_empty() && wanted_rv != kv.mod_revision.to_string() {
                 return Err(ApiError::modified(self.info, name));
             }
             let mut next = self.to_storage(next);
-            self.prepare_update(&mut next, &old, subresource);
-            self.track_fields(Some(&old), &mut next, opts, subresource);
             // A binding is the scheduler's assignment, not a pod update: it skips the checks
-            // that forbid changing a pod's spec (and admission saw the Binding itself).
-            if subresource != "binding" {
+            // that forbid changing a pod's spec (and admission saw the Binding itself); only a
+            // binding comes without the old object.
+            if let Some(old) = old.as_ref().filter(|_| subresource != "binding") {
+                self.prepare_update(&mut next, old, subresource);
+                self.track_fields(Some(old), &mut next, opts, subresource);
                 self.admit(
                     (opts.user.as_ref(), opts.dry_run),
                     Operation::Update,
                     subresource,
                     Some(&mut next),
-                    Some(&old),
-                    |n| self.validate_changed(n, &old, subresource),
+                    Some(old),
+                    |n| self.validate_changed(n, old, subresource),
                 )
                 .await?;
-            }
-            if subresource.is_empty() {
-                self.strategy.allocate(&mut next, Some(&old))?;
+                if subresource.is_empty() {
+                    self.strategy.allocate(&mut next, Some(old))?;
+                }
             }
             drop_empty_metadata(&mut next);
             let stored = codec::encode_for_store(&next);
