@@ -145,7 +145,7 @@ pub fn encode_for_store(obj: &Value) -> Bytes {
 /// them), but the buffer they were written into grew by doubling: a 5.5 KB Pod sat in 8 KB.
 /// Copy them into an allocation of their own size unless little would be saved (an
 /// allocator's realloc does not shrink a block it would keep more than half of).
-fn exact(out: Vec<u8>) -> Bytes {
+pub(crate) fn exact(out: Vec<u8>) -> Bytes {
     if out.capacity() - out.len() > out.len() / 16 {
         Bytes::copy_from_slice(&out)
     } else {

@@ -27,6 +27,7 @@ pub mod node_authz;
 pub mod objects;
 pub mod patch;
 pub mod pods;
+pub mod rawjson;
 pub mod rbac;
 pub mod registry;
 pub mod request;

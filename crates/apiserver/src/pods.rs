@@ -73,6 +73,16 @@ pub async fn bind(pods: &Registry, call: &Call<'_>) -> ApiResult<http::Response<
     }
     let opts = WriteOptions::default();
     let ns = call.info.namespace.clone();
+    // A binding without annotations is made in the stored JSON itself; anything unusual
+    // (annotations to copy, a pod already bound or being deleted) takes the general path.
+    if binding.pointer("/metadata/annotations").is_none()
+        && pods
+            .update_stored(&ns, &name, |stored| bind_stored(stored, target))
+            .await?
+            .is_some()
+    {
+        return Ok(success(201));
+    }
     pods.bind_with(&ns, &name, &opts, |pod| {
         if meta::deletion_timestamp(pod).is_some() {
             return Err(ApiError::conflict(
@@ -143,6 +153,107 @@ fn set_condition(pod: &mut Value, ty: &str, status: &str) {
             json!({"type": ty, "status": status, "lastProbeTime": null, "lastTransitionTime": now}),
         ),
     }
+}
+
+/// The stored pod `stored` bound to `node`, edited in its stored JSON: `spec.nodeName`
+/// inserted in key order and the PodScheduled condition set true, with metadata and the rest
+/// of the spec copied byte for byte, so that only the status is parsed. The result is what
+/// encoding the edited object would give. None when the pod is being deleted or already bound
+/// (the general path reports those) or its JSON is not laid out as capstan stores objects.
+fn bind_stored(stored: &[u8], node: &str) -> Option<Vec<u8>> {
+    use crate::rawjson::members;
+    let top = members(stored)?;
+    if top.first()?.0 != b"metadata" {
+        return None;
+    }
+    let metadata = members(top[0].1)?;
+    if metadata.iter().any(|(k, _)| *k == b"deletionTimestamp") {
+        return None;
+    }
+    let mut out = Vec::with_capacity(stored.len() + node.len() + 160);
+    out.extend_from_slice(b"{\"metadata\":");
+    out.extend_from_slice(top[0].1);
+    let rest = &top[1..];
+    if rest.iter().any(|(k, _)| k.contains(&b'\\')) || !rest.is_sorted_by(|a, b| a.0 < b.0) {
+        return None;
+    }
+    let status_at = rest.partition_point(|(k, _)| *k < &b"status"[..]);
+    let has_status = rest.get(status_at).is_some_and(|(k, _)| *k == b"status");
+    let mut status: Value = match has_status {
+        true => serde_json::from_slice(rest[status_at].1).ok()?,
+        false => json!({}),
+    };
+    let mut holder = json!({});
+    holder["status"] = std::mem::take(&mut status);
+    set_condition(&mut holder, "PodScheduled", "True");
+    let status = serde_json::to_vec(&holder["status"]).ok()?;
+    let mut spec_seen = false;
+    for (i, (k, v)) in rest.iter().enumerate() {
+        if i == status_at && !has_status {
+            member(&mut out, b"status", &status);
+        }
+        match *k {
+            b"spec" => {
+                member(&mut out, k, &bind_spec(v, node)?);
+                spec_seen = true;
+            }
+            b"status" => member(&mut out, k, &status),
+            _ => member(&mut out, k, v),
+        }
+    }
+    if !has_status && status_at == rest.len() {
+        member(&mut out, b"status", &status);
+    }
+    if !spec_seen {
+        return None;
+    }
+    out.push(b'}');
+    Some(out)
+}
+
+/// `,"key":value` (keys here need no escaping).
+fn member(out: &mut Vec<u8>, key: &[u8], value: &[u8]) {
+    out.extend_from_slice(b",\"");
+    out.extend_from_slice(key);
+    out.extend_from_slice(b"\":");
+    out.extend_from_slice(value);
+}
+
+/// The stored spec with `nodeName` inserted where its key sorts; None when it has one already.
+fn bind_spec(spec: &[u8], node: &str) -> Option<Vec<u8>> {
+    let fields = crate::rawjson::members(spec)?;
+    if fields
+        .iter()
+        .any(|(k, _)| *k == b"nodeName" || k.contains(&b'\\'))
+    {
+        return None;
+    }
+    let at = fields.partition_point(|(k, _)| *k < &b"nodeName"[..]);
+    let name = serde_json::to_vec(node).ok()?;
+    let mut out = Vec::with_capacity(spec.len() + name.len() + 12);
+    out.push(b'{');
+    let mut first = true;
+    let mut put = |out: &mut Vec<u8>, k: &[u8], v: &[u8]| {
+        if !first {
+            out.push(b',');
+        }
+        first = false;
+        out.push(b'"');
+        out.extend_from_slice(k);
+        out.extend_from_slice(b"\":");
+        out.extend_from_slice(v);
+    };
+    for (i, (k, v)) in fields.iter().enumerate() {
+        if i == at {
+            put(&mut out, b"nodeName", &name);
+        }
+        put(&mut out, k, v);
+    }
+    if at == fields.len() {
+        put(&mut out, b"nodeName", &name);
+    }
+    out.push(b'}');
+    Some(out)
 }
 
 /// POST pods/<name>/eviction: delete the pod unless a PodDisruptionBudget forbids it.
@@ -264,4 +375,94 @@ async fn charge_budget(pdbs: &Registry, pdb: &Value, pod: &str) -> ApiResult<()>
     )
     .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The general path: the pod decoded, edited and encoded again.
+    fn bound_by_value(pod: &Value, node: &str) -> Value {
+        let mut next = pod.clone();
+        next["spec"]["nodeName"] = json!(node);
+        set_condition(&mut next, "PodScheduled", "True");
+        next
+    }
+
+    /// Transition times come from the clock: the same in both results once set to one value.
+    fn same_times(v: &mut Value) {
+        if let Some(list) = v
+            .pointer_mut("/status/conditions")
+            .and_then(Value::as_array_mut)
+        {
+            for c in list {
+                c["lastTransitionTime"] = json!("T");
+            }
+        }
+    }
+
+    fn check(pod: Value, node: &str) {
+        let stored = crate::codec::encode_for_store(&pod);
+        let spliced = bind_stored(&stored, node).expect("bound in place");
+        let mut got: Value = serde_json::from_slice(&spliced).expect("valid JSON");
+        let mut want = bound_by_value(&pod, node);
+        same_times(&mut got);
+        same_times(&mut want);
+        assert_eq!(got, want);
+        // Laid out exactly as the store's encoder lays the object out.
+        let spliced_again =
+            crate::codec::encode_for_store(&serde_json::from_slice(&spliced).unwrap());
+        assert_eq!(
+            String::from_utf8_lossy(&spliced),
+            String::from_utf8_lossy(&spliced_again)
+        );
+    }
+
+    fn pod() -> Value {
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u", "labels": {"app": "a"},
+                "managedFields": [{"manager": "m", "fieldsV1": {"f:spec": {"f:containers": {"k:{\"name\":\"c\"}": {".": {}}}}}}]},
+            "spec": {"containers": [{"name": "c", "image": "i", "args": ["}", "\"]"]}],
+                "restartPolicy": "Always", "schedulerName": "default-scheduler", "tolerations": []},
+            "status": {"phase": "Pending", "qosClass": "BestEffort"}
+        })
+    }
+
+    #[test]
+    fn a_binding_in_place_gives_what_the_general_path_gives() {
+        check(pod(), "node-1");
+        check(pod(), "n\"odd\\name");
+        // No status yet; a spec whose keys all sort before nodeName, or all after it.
+        let mut p = pod();
+        p.as_object_mut().unwrap().remove("status");
+        check(p, "n");
+        let mut p = pod();
+        p["spec"] = json!({"affinity": {}, "containers": []});
+        check(p, "n");
+        let mut p = pod();
+        p["spec"] = json!({"priority": 0, "volumes": []});
+        check(p, "n");
+        // A failed scheduling attempt's condition is replaced, its reason and message gone.
+        let mut p = pod();
+        p["status"]["conditions"] = json!([{"type": "PodScheduled", "status": "False",
+            "reason": "Unschedulable", "message": "0/3 nodes are available", "lastProbeTime": null,
+            "lastTransitionTime": "2026-01-01T00:00:00Z"}]);
+        check(p, "n");
+    }
+
+    #[test]
+    fn pods_bound_or_being_deleted_are_left_to_the_general_path() {
+        let mut p = pod();
+        p["spec"]["nodeName"] = json!("other");
+        assert!(bind_stored(&crate::codec::encode_for_store(&p), "n").is_none());
+        let mut p = pod();
+        p["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        assert!(bind_stored(&crate::codec::encode_for_store(&p), "n").is_none());
+        assert!(
+            bind_stored(b"{\"spec\":{}}", "n").is_none(),
+            "metadata not first"
+        );
+        assert!(bind_stored(b"not json", "n").is_none());
+    }
 }

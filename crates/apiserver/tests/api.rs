@@ -597,11 +597,16 @@ async fn binding_assigns_once_and_eviction_honours_budgets() {
         .any(|c| c["type"] == "PodScheduled" && c["status"] == "True"));
     let again = a.post(&format!("{pods}/a/binding"), bind("a", "n2")).await;
     assert_eq!(again.code, 409, "{}", again.body);
-    // The legacy bindings resource does the same.
+    // The legacy bindings resource does the same; a Binding's annotations go to the pod.
+    let mut with_annotations = bind("b", "n1");
+    with_annotations["metadata"]["annotations"] = json!({"example.com/why": "test"});
     let r = a
-        .post("/api/v1/namespaces/default/bindings", bind("b", "n1"))
+        .post("/api/v1/namespaces/default/bindings", with_annotations)
         .await;
     assert_eq!(r.code, 201, "{}", r.body);
+    let pod = a.get(&format!("{pods}/b")).await.body;
+    assert_eq!(pod["spec"]["nodeName"], "n1");
+    assert_eq!(pod["metadata"]["annotations"]["example.com/why"], "test");
 
     // A budget that allows no disruption blocks eviction with 429.
     let pdb = json!({"metadata": {"name": "budget"}, "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "x"}}}});

@@ -567,6 +567,44 @@ impl Registry {
         .await
     }
 
+    /// Read-modify-write of the stored bytes themselves, retried on conflict: `f` gets the
+    /// object as stored and returns its new stored form, or None to leave it (then so does
+    /// this, and the caller takes the general path). Only for built-in resources served in
+    /// their storage version, whose stored form clients see; the new object passes no
+    /// admission, validation or field tracking, so `f` must keep it valid (a binding).
+    pub async fn update_stored(
+        &self,
+        ns: &str,
+        name: &str,
+        mut f: impl FnMut(&[u8]) -> Option<Vec<u8>>,
+    ) -> ApiResult<Option<i64>> {
+        if self.view.is_some() || self.info.custom {
+            return Ok(None);
+        }
+        let key = self.key(ns, name);
+        for _ in 0..MAX_RETRIES {
+            let (kv, _) = self
+                .store
+                .get(key.as_bytes(), 0)
+                .await
+                .map_err(self.store_err(name))?;
+            let kv = kv.ok_or_else(|| ApiError::not_found(self.info, name))?;
+            let Some(next) = f(&kv.value) else {
+                return Ok(None);
+            };
+            match self
+                .store
+                .update(key.as_bytes(), codec::exact(next), kv.mod_revision, 0)
+                .await
+            {
+                Ok(rev) => return Ok(Some(rev)),
+                Err(StoreError::Conflict { .. }) => continue,
+                Err(e) => return Err(ApiError::from_store(e, self.info, name)),
+            }
+        }
+        Err(ApiError::modified(self.info, name))
+    }
+
     /// The loop of [`Registry::update_with`]: `f` takes the current object (in this registry's
     /// version) and returns the desired one and, unless this is a binding, the current one back.
     async fn guaranteed_update(
