@@ -377,12 +377,7 @@ impl Registry {
 
     /// The stored object, parsed, with its revision.
     pub async fn get(&self, ns: &str, name: &str) -> ApiResult<Written> {
-        let (kv, _) = self
-            .store
-            .get(self.key(ns, name).as_bytes(), 0)
-            .await
-            .map_err(self.store_err(name))?;
-        let kv = kv.ok_or_else(|| ApiError::not_found(self.info, name))?;
+        let kv = self.current(&self.key(ns, name), name).await?;
         let value = codec::decode_stored(&kv.value, kv.mod_revision)?;
         Ok(self.present(Written {
             json: codec::with_resource_version(&kv.value, kv.mod_revision),
@@ -583,12 +578,7 @@ impl Registry {
         }
         let key = self.key(ns, name);
         for _ in 0..MAX_RETRIES {
-            let (kv, _) = self
-                .store
-                .get(key.as_bytes(), 0)
-                .await
-                .map_err(self.store_err(name))?;
-            let kv = kv.ok_or_else(|| ApiError::not_found(self.info, name))?;
+            let kv = self.current(&key, name).await?;
             let Some(next) = f(&kv.value) else {
                 return Ok(None);
             };
@@ -605,6 +595,16 @@ impl Registry {
         Err(ApiError::modified(self.info, name))
     }
 
+    /// The stored object under `key` (whose name is `name`), or NotFound.
+    async fn current(&self, key: &str, name: &str) -> ApiResult<capstan_store::KeyValue> {
+        let (kv, _) = self
+            .store
+            .get(key.as_bytes(), 0)
+            .await
+            .map_err(self.store_err(name))?;
+        kv.ok_or_else(|| ApiError::not_found(self.info, name))
+    }
+
     /// The loop of [`Registry::update_with`]: `f` takes the current object (in this registry's
     /// version) and returns the desired one and, unless this is a binding, the current one back.
     async fn guaranteed_update(
@@ -617,12 +617,7 @@ impl Registry {
     ) -> ApiResult<Written> {
         let key = self.key(ns, name);
         for _ in 0..MAX_RETRIES {
-            let (kv, _) = self
-                .store
-                .get(key.as_bytes(), 0)
-                .await
-                .map_err(self.store_err(name))?;
-            let kv = kv.ok_or_else(|| ApiError::not_found(self.info, name))?;
+            let kv = self.current(&key, name).await?;
             let mut old = codec::decode_stored(&kv.value, kv.mod_revision)?;
             if self.info.custom {
                 set_api_version(&mut old, self.storage);
@@ -873,12 +868,7 @@ impl Registry {
     ) -> ApiResult<Deleted> {
         let key = self.key(ns, name);
         for _ in 0..MAX_RETRIES {
-            let (kv, _) = self
-                .store
-                .get(key.as_bytes(), 0)
-                .await
-                .map_err(self.store_err(name))?;
-            let kv = kv.ok_or_else(|| ApiError::not_found(self.info, name))?;
+            let kv = self.current(&key, name).await?;
             let old = codec::decode_stored(&kv.value, kv.mod_revision)?;
             self.check_preconditions(&old, name, opts)?;
             self.admit(
