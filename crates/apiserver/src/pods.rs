@@ -159,101 +159,71 @@ fn set_condition(pod: &mut Value, ty: &str, status: &str) {
 /// inserted in key order and the PodScheduled condition set true, with metadata and the rest
 /// of the spec copied byte for byte, so that only the status is parsed. The result is what
 /// encoding the edited object would give. None when the pod is being deleted or already bound
-/// (the general path reports those) or its JSON is not laid out as capstan stores objects.
+/// (the general path reports those) or its JSON is not laid out as capstan stores objects
+/// (metadata first, then the other keys in order, none escaped).
 fn bind_stored(stored: &[u8], node: &str) -> Option<Vec<u8>> {
     use crate::rawjson::members;
-    let top = members(stored)?;
-    if top.first()?.0 != b"metadata" {
+    let mut top = members(stored)?;
+    let (metadata, rest) = top.split_first()?;
+    if metadata.0 != b"metadata"
+        || members(metadata.1)?
+            .iter()
+            .any(|(k, _)| *k == b"deletionTimestamp")
+        || !plain_and_sorted(rest)
+    {
         return None;
     }
-    let metadata = members(top[0].1)?;
-    if metadata.iter().any(|(k, _)| *k == b"deletionTimestamp") {
-        return None;
+    let spec_at = 1 + rest.iter().position(|(k, _)| *k == b"spec")?;
+    let status_at = 1 + rest.partition_point(|(k, _)| *k < &b"status"[..]);
+    let has_status = top.get(status_at).is_some_and(|(k, _)| *k == b"status");
+    let mut holder = json!({"status": {}});
+    if has_status {
+        holder["status"] = serde_json::from_slice(top[status_at].1).ok()?;
     }
-    let mut out = Vec::with_capacity(stored.len() + node.len() + 160);
-    out.extend_from_slice(b"{\"metadata\":");
-    out.extend_from_slice(top[0].1);
-    let rest = &top[1..];
-    if rest.iter().any(|(k, _)| k.contains(&b'\\')) || !rest.is_sorted_by(|a, b| a.0 < b.0) {
-        return None;
-    }
-    let status_at = rest.partition_point(|(k, _)| *k < &b"status"[..]);
-    let has_status = rest.get(status_at).is_some_and(|(k, _)| *k == b"status");
-    let mut status: Value = match has_status {
-        true => serde_json::from_slice(rest[status_at].1).ok()?,
-        false => json!({}),
-    };
-    let mut holder = json!({});
-    holder["status"] = std::mem::take(&mut status);
     set_condition(&mut holder, "PodScheduled", "True");
     let status = serde_json::to_vec(&holder["status"]).ok()?;
-    let mut spec_seen = false;
-    for (i, (k, v)) in rest.iter().enumerate() {
-        if i == status_at && !has_status {
-            member(&mut out, b"status", &status);
-        }
-        match *k {
-            b"spec" => {
-                member(&mut out, k, &bind_spec(v, node)?);
-                spec_seen = true;
-            }
-            b"status" => member(&mut out, k, &status),
-            _ => member(&mut out, k, v),
-        }
+    let spec = bind_spec(top[spec_at].1, node)?;
+    top[spec_at].1 = &spec;
+    match has_status {
+        true => top[status_at].1 = &status,
+        false => top.insert(status_at, (b"status", &status)),
     }
-    if !has_status && status_at == rest.len() {
-        member(&mut out, b"status", &status);
-    }
-    if !spec_seen {
-        return None;
-    }
-    out.push(b'}');
-    Some(out)
-}
-
-/// `,"key":value` (keys here need no escaping).
-fn member(out: &mut Vec<u8>, key: &[u8], value: &[u8]) {
-    out.extend_from_slice(b",\"");
-    out.extend_from_slice(key);
-    out.extend_from_slice(b"\":");
-    out.extend_from_slice(value);
+    Some(object(&top))
 }
 
 /// The stored spec with `nodeName` inserted where its key sorts; None when it has one already.
 fn bind_spec(spec: &[u8], node: &str) -> Option<Vec<u8>> {
-    let fields = crate::rawjson::members(spec)?;
-    if fields
-        .iter()
-        .any(|(k, _)| *k == b"nodeName" || k.contains(&b'\\'))
-    {
+    let mut fields = crate::rawjson::members(spec)?;
+    if !plain_and_sorted(&fields) || fields.iter().any(|(k, _)| *k == b"nodeName") {
         return None;
     }
-    let at = fields.partition_point(|(k, _)| *k < &b"nodeName"[..]);
     let name = serde_json::to_vec(node).ok()?;
-    let mut out = Vec::with_capacity(spec.len() + name.len() + 12);
+    let at = fields.partition_point(|(k, _)| *k < &b"nodeName"[..]);
+    fields.insert(at, (b"nodeName", &name));
+    Some(object(&fields))
+}
+
+/// Keys with nothing escaped, in order: what the store's encoder writes.
+fn plain_and_sorted(members: &[(&[u8], &[u8])]) -> bool {
+    !members.iter().any(|(k, _)| k.contains(&b'\\')) && members.is_sorted_by(|a, b| a.0 < b.0)
+}
+
+/// `{"key":value,...}` of members whose keys need no escaping.
+fn object(members: &[(&[u8], &[u8])]) -> Vec<u8> {
+    let size: usize = members.iter().map(|(k, v)| k.len() + v.len() + 4).sum();
+    let mut out = Vec::with_capacity(size + 2);
     out.push(b'{');
-    let mut first = true;
-    let mut put = |out: &mut Vec<u8>, k: &[u8], v: &[u8]| {
-        if !first {
+    for (i, (k, v)) in members.iter().enumerate() {
+        if i > 0 {
             out.push(b',');
         }
-        first = false;
         out.push(b'"');
         out.extend_from_slice(k);
         out.extend_from_slice(b"\":");
         out.extend_from_slice(v);
-    };
-    for (i, (k, v)) in fields.iter().enumerate() {
-        if i == at {
-            put(&mut out, b"nodeName", &name);
-        }
-        put(&mut out, k, v);
-    }
-    if at == fields.len() {
-        put(&mut out, b"nodeName", &name);
     }
     out.push(b'}');
-    Some(out)
+    out
 }
 
 /// POST pods/<name>/eviction: delete the pod unless a PodDisruptionBudget forbids it.

@@ -738,7 +738,7 @@ impl Registry {
     /// Record what a client's create or update changed as its field manager's (not for the
     /// server's own writes, nor for applies, which recorded it already).
     fn track_fields(&self, old: Option<&Value>, obj: &mut Value, opts: &WriteOptions, sub: &str) {
-        if opts.user.is_none() || opts.fields_tracked || sub == "binding" {
+        if opts.user.is_none() || opts.fields_tracked {
             return;
         }
         let now = meta::format_time(SystemTime::now());
@@ -760,9 +760,6 @@ impl Registry {
 
     /// Keep what clients may not change, apply the strategy, bump the generation.
     fn prepare_update(&self, next: &mut Value, old: &Value, subresource: &str) {
-        if subresource == "binding" {
-            return;
-        }
         let csr = certificates::is_csr(self.storage.group, self.storage.kind);
         if subresource == "status" || (subresource == "approval" && csr) {
             let status = if subresource == "approval" {
