@@ -152,7 +152,7 @@ impl Core {
 
     /// A pod was added or updated.
     pub fn on_pod(&mut self, pod: Pod, now: Instant) {
-        let info = Arc::new(PodInfo::new(pod));
+        let info = PodInfo::new(pod);
         let key = info.key.clone();
         let phase = info
             .pod
@@ -165,6 +165,7 @@ impl Core {
             return;
         }
         if !info.node_name().is_empty() {
+            let info = Arc::new(info.placed());
             self.queue.delete(&key);
             self.snapshot.clear_nomination(&key);
             let node = info.node_name().to_string();
@@ -185,6 +186,7 @@ impl Core {
             }
             return;
         }
+        let info = Arc::new(info);
         let Some(profile) = self.profile_of(&info) else {
             return;
         };
@@ -517,6 +519,110 @@ mod tests {
         let mut v: Vec<usize> = m.into_values().collect();
         v.sort();
         v
+    }
+
+    /// The scheduler keeps every placed pod of the cluster: the object is cut to what
+    /// placement reads of it, and what was derived from the whole pod stays.
+    #[test]
+    fn placed_pods_keep_what_scheduling_reads_of_them() {
+        use k8s_openapi::api::core::v1::{
+            ContainerPort, PersistentVolumeClaimVolumeSource, PodCondition, PodStatus, Volume,
+        };
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let mut p = pod("p", &[&[("cpu", "1"), ("memory", "1Gi")]]);
+        p.metadata.labels = Some([("app".to_string(), "web".to_string())].into());
+        p.metadata.annotations = Some([("note".to_string(), "x".repeat(1000))].into());
+        let spec = p.spec.as_mut().unwrap();
+        spec.node_name = Some("a".into());
+        spec.priority = Some(5);
+        spec.containers[0].ports = Some(vec![ContainerPort {
+            container_port: 80,
+            host_port: Some(8080),
+            ..Default::default()
+        }]);
+        spec.volumes = Some(vec![
+            Volume {
+                name: "data".into(),
+                persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                    claim_name: "claim".into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            Volume {
+                name: "scratch".into(),
+                empty_dir: Some(Default::default()),
+                ..Default::default()
+            },
+        ]);
+        let cond = |t: &str| PodCondition {
+            type_: t.into(),
+            status: "True".into(),
+            ..Default::default()
+        };
+        let started = Time(k8s_openapi::jiff::Timestamp::from_second(1_700_000_000).unwrap());
+        p.status = Some(PodStatus {
+            phase: Some("Running".into()),
+            start_time: Some(started.clone()),
+            conditions: Some(vec![cond("Ready"), cond("DisruptionTarget")]),
+            ..Default::default()
+        });
+
+        let full = PodInfo::new(p.clone());
+        let placed = full.clone().placed();
+        assert_eq!(placed.requests, full.requests);
+        assert_eq!(placed.host_ports, full.host_ports);
+        assert_eq!(
+            (placed.priority, placed.label_hash, placed.key.as_str()),
+            (5, full.label_hash, "default/p")
+        );
+        assert_eq!(
+            (
+                placed.name(),
+                placed.namespace(),
+                placed.uid(),
+                placed.node_name()
+            ),
+            ("p", "default", "uid-p", "a")
+        );
+        assert_eq!(placed.labels(), full.labels());
+        assert!(placed.pod.metadata.annotations.is_none());
+        let spec = placed.pod.spec.as_ref().unwrap();
+        assert!(spec.containers.is_empty());
+        let volumes: Vec<&str> = spec
+            .volumes
+            .iter()
+            .flatten()
+            .map(|v| v.name.as_str())
+            .collect();
+        assert_eq!(volumes, ["data"]);
+        let status = placed.pod.status.as_ref().unwrap();
+        assert_eq!(status.start_time, Some(started));
+        let kept: Vec<&str> = status
+            .conditions
+            .iter()
+            .flatten()
+            .map(|c| c.type_.as_str())
+            .collect();
+        assert_eq!(kept, ["DisruptionTarget"]);
+
+        // A bound pod from the informer is kept placed, its requests and ports counted.
+        let mut core = core_with(build_profiles(&default_config()).unwrap());
+        let now = Instant::now();
+        core.on_node(
+            node(
+                "a",
+                &[("cpu", "4"), ("memory", "8Gi"), ("pods", "110")],
+                &[],
+            ),
+            now,
+        );
+        core.on_pod(p, now);
+        let n = core.snapshot.get("a").unwrap();
+        assert_eq!(n.pods.len(), 1);
+        assert!(n.pods[0].pod.spec.as_ref().unwrap().containers.is_empty());
+        assert_eq!(n.requested, full.requests);
+        assert_eq!(n.used_ports, full.host_ports);
     }
 
     #[test]

@@ -8,8 +8,11 @@ use std::sync::Arc;
 
 use capstan_api::selector::label::LabelSelector;
 use capstan_api::validation::quantity;
-use k8s_openapi::api::core::v1::{Container, Node, Pod, PodAffinityTerm};
+use k8s_openapi::api::core::v1::{
+    Container, Node, Pod, PodAffinityTerm, PodSpec, PodStatus, Volume,
+};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// Default CPU request (millicores) assumed for scoring when a container names none.
 pub const DEFAULT_MILLI_CPU_REQUEST: i64 = 100;
@@ -340,6 +343,71 @@ impl PodInfo {
             }
         }
         info
+    }
+
+    /// This pod as a placed pod: what the scheduler derived from it kept, the object cut to
+    /// what placed pods are read for (identity, labels, owners, deletion, priority, the
+    /// volumes VolumeRestrictions compares, start time and the DisruptionTarget condition
+    /// preemption reads). The scheduler keeps every placed pod of the cluster; the whole
+    /// object is ten times that (containers, volume sources, conditions).
+    pub fn placed(self) -> PodInfo {
+        let pod = &self.pod;
+        let m = &pod.metadata;
+        let spec = pod.spec.as_ref();
+        let status = pod.status.as_ref();
+        let volumes: Vec<Volume> = spec
+            .and_then(|s| s.volumes.as_deref())
+            .unwrap_or_default()
+            .iter()
+            .filter(|v| {
+                v.persistent_volume_claim.is_some()
+                    || v.gce_persistent_disk.is_some()
+                    || v.aws_elastic_block_store.is_some()
+                    || v.rbd.is_some()
+                    || v.iscsi.is_some()
+            })
+            .cloned()
+            .collect();
+        let conditions: Vec<_> = status
+            .and_then(|s| s.conditions.as_deref())
+            .unwrap_or_default()
+            .iter()
+            .filter(|c| c.type_ == "DisruptionTarget")
+            .cloned()
+            .collect();
+        let slim = Pod {
+            metadata: ObjectMeta {
+                name: m.name.clone(),
+                namespace: m.namespace.clone(),
+                uid: m.uid.clone(),
+                resource_version: m.resource_version.clone(),
+                labels: m.labels.clone(),
+                owner_references: m.owner_references.clone(),
+                deletion_timestamp: m.deletion_timestamp.clone(),
+                deletion_grace_period_seconds: m.deletion_grace_period_seconds,
+                ..Default::default()
+            },
+            spec: spec.map(|s| PodSpec {
+                node_name: s.node_name.clone(),
+                scheduler_name: s.scheduler_name.clone(),
+                priority: s.priority,
+                priority_class_name: s.priority_class_name.clone(),
+                preemption_policy: s.preemption_policy.clone(),
+                volumes: (!volumes.is_empty()).then_some(volumes),
+                ..Default::default()
+            }),
+            status: status.map(|s| PodStatus {
+                phase: s.phase.clone(),
+                start_time: s.start_time.clone(),
+                nominated_node_name: s.nominated_node_name.clone(),
+                conditions: (!conditions.is_empty()).then_some(conditions),
+                ..Default::default()
+            }),
+        };
+        PodInfo {
+            pod: Arc::new(slim),
+            ..self
+        }
     }
 
     pub fn namespace(&self) -> &str {
