@@ -29,6 +29,8 @@ use std::sync::Mutex;
 pub const EXIT_CODE: &str = "hollow.capstan.dev/exit-code";
 pub const RUN_SECONDS: &str = "hollow.capstan.dev/run-seconds";
 pub const READY: &str = "hollow.capstan.dev/ready";
+/// How long a node found without a pod CIDR is taken to have none.
+const CIDR_RECHECK: Duration = Duration::from_secs(10);
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct NodesArgs {
@@ -51,6 +53,12 @@ pub struct NodesArgs {
     /// How often each node renews its Lease (the kubelet's default is 10s).
     #[arg(long, default_value = "10s", value_parser = crate::duration::parse_duration)]
     pub lease_interval: Duration,
+
+    /// How often each node posts status that did not change (Kubernetes'
+    /// nodeStatusReportFrequency, 5m by default); the first report after registration comes
+    /// after a random 50–150 % of it, as a kubelet's after a change.
+    #[arg(long, default_value = "5m", value_parser = crate::duration::parse_duration)]
+    pub node_status_report_frequency: Duration,
 
     /// How long a bound pod takes to start.
     #[arg(long, default_value = "300ms", value_parser = crate::duration::parse_duration)]
@@ -98,7 +106,12 @@ pub async fn run(args: NodesArgs) -> Result<()> {
     }
     eprintln!("capstan: {} hollow node(s) running", names.len());
     for name in &names {
-        tokio::spawn(heartbeat(client.clone(), name.clone(), args.lease_interval));
+        tokio::spawn(heartbeat(
+            client.clone(),
+            name.clone(),
+            args.lease_interval,
+            args.node_status_report_frequency,
+        ));
     }
     let kubelet = Arc::new(Kubelet {
         client: client.clone(),
@@ -204,27 +217,28 @@ fn conditions() -> serde_json::Value {
     ])
 }
 
-/// Renew the node's Lease every `interval` as a kubelet does (an update of the Lease it last
-/// wrote, read again only after a failure); post node status every minute (as a kubelet whose
-/// status did not change).
-async fn heartbeat(client: Client, name: String, interval: Duration) {
+/// Renew the node's Lease every `interval` (stretched by up to 4 % at random, as Kubernetes'
+/// lease controller's wait.JitterUntil) as a kubelet does (an update of the Lease it last
+/// wrote, read again only after a failure); post node status every `report` (as a kubelet
+/// whose status did not change), the first time after a random 50–150 % of it.
+async fn heartbeat(client: Client, name: String, interval: Duration, report: Duration) {
     let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
     let nodes: Api<Node> = Api::all(client);
-    let mut last_status = tokio::time::Instant::now();
+    let mut next_status = tokio::time::Instant::now() + report.mul_f64(0.5 + rand::random::<f64>());
     let mut current: Option<Lease> = None;
     loop {
         match renew(&leases, &name, current.take()).await {
             Ok(lease) => current = Some(lease),
             Err(e) => tracing::debug!(node = %name, error = %e, "lease renewal failed"),
         }
-        if last_status.elapsed() >= Duration::from_secs(60) {
-            last_status = tokio::time::Instant::now();
+        if tokio::time::Instant::now() >= next_status {
+            next_status = tokio::time::Instant::now() + report;
             let patch = json!({"status": {"conditions": conditions()}});
             let _ = nodes
                 .patch_status(&name, &PatchParams::default(), &Patch::Strategic(&patch))
                 .await;
         }
-        tokio::time::sleep(interval).await;
+        tokio::time::sleep(interval.mul_f64(1.0 + rand::random::<f64>() * 0.04)).await;
     }
 }
 
@@ -264,8 +278,9 @@ struct Kubelet {
     /// Pods (by uid) this kubelet has started.
     started: Mutex<HashSet<String>>,
     next_ip: Mutex<HashMap<String, u32>>,
-    /// Pod CIDRs of the nodes, once assigned (read once, not per pod).
-    pod_cidrs: Mutex<HashMap<String, String>>,
+    /// Pod CIDRs of the nodes (read once, not per pod): once assigned, or none as read at
+    /// that time (read again after [`CIDR_RECHECK`]; nodeipam may have run out of CIDRs).
+    pod_cidrs: Mutex<HashMap<String, (Option<String>, tokio::time::Instant)>>,
     start_delay: Duration,
 }
 
@@ -333,9 +348,15 @@ impl Kubelet {
             *c += 1;
             *c
         };
-        let known = self.pod_cidrs.lock().unwrap().get(node).cloned();
+        let known = self
+            .pod_cidrs
+            .lock()
+            .unwrap()
+            .get(node)
+            .filter(|(c, read)| c.is_some() || read.elapsed() < CIDR_RECHECK)
+            .map(|(c, _)| c.clone());
         let cidr = match known {
-            Some(c) => Some(c),
+            Some(c) => c,
             None => {
                 let nodes: Api<Node> = Api::all(self.client.clone());
                 let cidr = nodes
@@ -343,12 +364,10 @@ impl Kubelet {
                     .await
                     .ok()
                     .and_then(|n| n.spec.and_then(|s| s.pod_cidr));
-                if let Some(c) = &cidr {
-                    self.pod_cidrs
-                        .lock()
-                        .unwrap()
-                        .insert(node.to_string(), c.clone());
-                }
+                self.pod_cidrs.lock().unwrap().insert(
+                    node.to_string(),
+                    (cidr.clone(), tokio::time::Instant::now()),
+                );
                 cidr
             }
         };
@@ -462,6 +481,7 @@ mod tests {
             names: vec![],
             count: 2,
             prefix: "h-".into(),
+            node_status_report_frequency: Duration::from_secs(300),
             lease_interval: Duration::from_secs(1),
             start_delay: Duration::ZERO,
             cpu: "1".into(),

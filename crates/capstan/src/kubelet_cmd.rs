@@ -95,8 +95,9 @@ pub struct KubeletArgs {
     #[arg(long, default_value = "10s", value_parser = parse_go_duration)]
     pub node_status_update_frequency: Duration,
 
-    /// How often node status is written even when nothing changed (Go duration).
-    #[arg(long, default_value = "1m", value_parser = parse_go_duration)]
+    /// How often node status is written even when nothing changed (Go duration; Kubernetes'
+    /// nodeStatusReportFrequency).
+    #[arg(long, default_value = "5m", value_parser = parse_go_duration)]
     pub node_status_report_frequency: Duration,
 
     /// The node Lease's duration; it is renewed every quarter of it.

@@ -108,7 +108,7 @@ impl Default for Options {
             client_ca: None,
             max_pods: 110,
             node_status_update_frequency: Duration::from_secs(10),
-            node_status_report_frequency: Duration::from_secs(60),
+            node_status_report_frequency: Duration::from_secs(300),
             node_lease_duration_seconds: 40,
             cluster_dns: Vec::new(),
             cluster_domain: "cluster.local".into(),

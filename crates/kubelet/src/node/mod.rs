@@ -6,7 +6,8 @@
 //! adopting a Node that already exists), then computes status every
 //! `node_status_update_frequency` from the machine, the runtime and the Node as stored,
 //! patching `nodes/NAME/status` when something other than heartbeat times changed or when
-//! `node_status_report_frequency` has passed. Right after start, status is also checked
+//! `node_status_report_frequency` has passed (after a change, that period is moved by up to
+//! half of itself at random, as Kubernetes does, so nodes started together spread out). Right after start, status is also checked
 //! every 200 ms until the node turns Ready, so a node is Ready as soon as its runtime and
 //! network are. The Lease is renewed independently ([`lease`]).
 
@@ -143,7 +144,8 @@ pub struct Agent {
     images: Mutex<Option<(Instant, Vec<v1::Image>)>>,
     /// The pod CIDRs the runtime was last told (joined with commas).
     applied_pod_cidr: tokio::sync::Mutex<Option<String>>,
-    last_report: Mutex<Option<Instant>>,
+    /// When status is written next even if nothing changed.
+    next_report: Mutex<Option<Instant>>,
     /// One status computation and write at a time.
     sync: tokio::sync::Mutex<()>,
 }
@@ -166,7 +168,7 @@ impl Agent {
             pressure: Mutex::new(PressureTracker::new(thresholds)),
             images: Mutex::new(None),
             applied_pod_cidr: tokio::sync::Mutex::new(None),
-            last_report: Mutex::new(None),
+            next_report: Mutex::new(None),
             sync: tokio::sync::Mutex::new(()),
         }
     }
@@ -432,7 +434,7 @@ impl Agent {
                         .and_then(|s| s.conditions.as_ref())
                         .is_some_and(|c| !c.is_empty());
                     if kept {
-                        *self.last_report.lock() = Some(Instant::now());
+                        self.reported(true);
                         self.record_all(&events);
                     }
                     return created;
@@ -574,10 +576,23 @@ impl Agent {
             .nodes
             .patch_status(self.name(), &patch_params(), &Patch::Strategic(&patch))
             .await?;
-        *self.last_report.lock() = Some(Instant::now());
+        self.reported(c.changed);
         self.record_all(&c.events);
         self.publish(updated);
         Ok(())
+    }
+
+    /// Status was written: the next unprompted write is due after the report frequency, moved
+    /// by a random part of it (±50 %) when this write carried a change, so that nodes started
+    /// together do not keep reporting together (Kubernetes' delayAfterNodeStatusChange).
+    fn reported(&self, changed: bool) {
+        let every = self.k.opts.node_status_report_frequency;
+        let after = if changed {
+            every.mul_f64(0.5 + rand::random::<f64>())
+        } else {
+            every
+        };
+        *self.next_report.lock() = Some(Instant::now() + after);
     }
 
     /// One status update, retried a few times (Kubernetes' updateNodeStatus).
@@ -597,10 +612,7 @@ impl Agent {
     async fn try_update_node_status(&self) -> Result<(), kube::Error> {
         let orig = self.nodes.get(self.name()).await?;
         let c = self.compute(&orig).await;
-        let report_due = self
-            .last_report
-            .lock()
-            .is_none_or(|t| t.elapsed() >= self.k.opts.node_status_report_frequency);
+        let report_due = self.next_report.lock().is_none_or(|t| Instant::now() >= t);
         if !c.changed && !report_due {
             self.publish(orig);
             return Ok(());
