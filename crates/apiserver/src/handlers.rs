@@ -441,15 +441,24 @@ pub async fn list(reg: &Registry, call: &Call<'_>) -> ApiResult<Response<Body>> 
             Ok(value_response(200, &table_of(reg, &refs, include, meta)))
         }
         Output::Metadata => {
-            let values: Vec<Value> = stored
-                .iter()
-                .filter_map(|b| serde_json::from_slice::<Value>(b).ok())
-                .map(|v| tables::partial_metadata(&v))
-                .collect();
-            Ok(value_response(
-                200,
-                &json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": meta, "items": values}),
-            ))
+            let mut body: Vec<u8> = Vec::with_capacity(stored.len() * 512 + 256);
+            body.extend_from_slice(br#"{"apiVersion":"meta.k8s.io/v1","items":["#);
+            let mut first = true;
+            for b in &stored {
+                let mark = body.len();
+                if !first {
+                    body.push(b',');
+                }
+                if tables::write_partial_metadata(b, &mut body) {
+                    first = false;
+                } else {
+                    body.truncate(mark);
+                }
+            }
+            body.extend_from_slice(br#"],"kind":"PartialObjectMetadataList","metadata":"#);
+            body.extend_from_slice(&serde_json::to_vec(&meta).unwrap_or_default());
+            body.push(b'}');
+            Ok(json_response(200, Bytes::from(body)))
         }
     }
 }
@@ -725,8 +734,21 @@ fn frame(reg: &Registry, item: &WatchItem, output: Output, out: &mut BytesMut) {
             event_bytes(item.kind.as_str(), &t)
         }
         Output::Metadata => {
-            let v: Value = item.event.obj.value().unwrap_or(Value::Null);
-            event_bytes(item.kind.as_str(), &tables::partial_metadata(&v))
+            let json = item.event.obj.json();
+            let mut object = Vec::with_capacity(json.len().min(4096) + 96);
+            if !tables::write_partial_metadata(&json, &mut object) {
+                let v: Value = item.event.obj.value().unwrap_or(Value::Null);
+                return out.extend_from_slice(&event_bytes(
+                    item.kind.as_str(),
+                    &tables::partial_metadata(&v),
+                ));
+            }
+            out.extend_from_slice(b"{\"object\":");
+            out.extend_from_slice(&object);
+            out.extend_from_slice(b",\"type\":\"");
+            out.extend_from_slice(item.kind.as_str().as_bytes());
+            out.extend_from_slice(b"\"}\n");
+            return;
         }
     };
     out.extend_from_slice(&bytes);

@@ -95,7 +95,16 @@ impl Api {
 
     /// The first `n` events of a watch, parsed.
     async fn watch(&self, uri: &str, n: usize) -> Vec<Value> {
-        let req = Request::builder().uri(uri).body(Bytes::new()).unwrap();
+        self.watch_as(uri, n, "application/json").await
+    }
+
+    /// The first `n` events of a watch asking for `accept`, parsed.
+    async fn watch_as(&self, uri: &str, n: usize, accept: &str) -> Vec<Value> {
+        let req = Request::builder()
+            .uri(uri)
+            .header("accept", accept)
+            .body(Bytes::new())
+            .unwrap();
         let resp = self.server.handle(req, &self.conn).await;
         assert_eq!(resp.status(), 200, "{uri}");
         let mut body = resp.into_body();
@@ -656,4 +665,62 @@ async fn autoscaler_lists_watches_and_tables_per_version() {
     assert_eq!(r.body["apiVersion"], "autoscaling/v1");
     assert_eq!(r.body["spec"]["targetCPUUtilizationPercentage"], 60);
     assert_eq!(a.get(&format!("{HPA_V2}/dry")).await.code, 404);
+}
+
+/// Metadata-only lists and watches (what the garbage collector reads): each object's metadata
+/// as stored, with its resourceVersion, and nothing else of it.
+#[tokio::test]
+async fn metadata_lists_and_watches_carry_only_metadata() {
+    const CMS: &str = "/api/v1/namespaces/default/configmaps";
+    let a = api().await;
+    let cm = |n: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": n, "labels": {"app": "x"}}, "data": {"k": "v"}})
+    };
+    let one = a.post(CMS, cm("one")).await;
+    assert_eq!(one.code, 201, "{}", one.body);
+    let accept = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1";
+    let l = a.call(Method::GET, CMS, &[("accept", accept)], "").await;
+    assert_eq!(l.code, 200, "{}", l.body);
+    assert_eq!(l.body["kind"], "PartialObjectMetadataList");
+    assert_eq!(l.body["apiVersion"], "meta.k8s.io/v1");
+    let items = l.body["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "{}", l.body);
+    assert_eq!(items[0]["kind"], "PartialObjectMetadata");
+    assert_eq!(items[0]["apiVersion"], "meta.k8s.io/v1");
+    assert_eq!(items[0]["metadata"], one.body["metadata"]);
+    assert!(items[0].get("data").is_none(), "{}", items[0]);
+    let rv = l.body["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    let accept = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
+    let watch = format!("{CMS}?watch=1&resourceVersion={rv}");
+    let (evs, two) = tokio::join!(a.watch_as(&watch, 2, accept), async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let two = a.post(CMS, cm("two")).await;
+        let patch = json!({"metadata": {"labels": {"app": "y"}}});
+        let r = a
+            .send(
+                Method::PATCH,
+                &format!("{CMS}/one"),
+                "application/merge-patch+json",
+                patch,
+            )
+            .await;
+        assert_eq!(r.code, 200, "{}", r.body);
+        two
+    });
+    assert_eq!(two.code, 201, "{}", two.body);
+    assert_eq!(evs[0]["type"], "ADDED");
+    assert_eq!(evs[0]["object"]["kind"], "PartialObjectMetadata");
+    assert_eq!(evs[0]["object"]["metadata"], two.body["metadata"]);
+    assert!(evs[0]["object"].get("data").is_none(), "{}", evs[0]);
+    assert_eq!(evs[1]["type"], "MODIFIED");
+    assert_eq!(evs[1]["object"]["metadata"]["labels"], json!({"app": "y"}));
+    assert_ne!(
+        evs[1]["object"]["metadata"]["resourceVersion"],
+        one.body["metadata"]["resourceVersion"]
+    );
 }
