@@ -220,3 +220,45 @@ async fn disk_use_stays_bounded_under_overwrites() {
         "history {history} live {live}"
     );
 }
+
+/// A snapshot rewrites all the live data, so one is taken only once the log has grown as large
+/// as that: overwriting 100 KiB of live data ten times over starts a few dozen segments, not
+/// one per `segment_bytes` (4 KiB here, which would be 250), and every write survives a reopen.
+#[tokio::test]
+async fn snapshots_wait_for_the_log_to_reach_the_live_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let value = Bytes::from(vec![b'v'; 1024]);
+    {
+        let s = small(dir.path(), 4 << 10);
+        let mut revs = vec![0i64; 100];
+        for i in 0..1000 {
+            let k = format!("/k{:03}", i % 100);
+            let r = &mut revs[i % 100];
+            *r = if *r == 0 {
+                s.create(k.as_bytes(), value.clone(), 0).await.unwrap()
+            } else {
+                s.update(k.as_bytes(), value.clone(), *r, 0).await.unwrap()
+            };
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let newest = files(dir.path(), "wal-")
+        .last()
+        .and_then(|p| {
+            p.file_stem()?
+                .to_str()?
+                .strip_prefix("wal-")?
+                .parse::<u64>()
+                .ok()
+        })
+        .unwrap();
+    assert!(
+        (5..40).contains(&newest),
+        "{newest} segments for 1 MiB of log over 100 KiB of live data"
+    );
+    let s = small(dir.path(), 4 << 10);
+    let (kvs, rev) = everything(&s).await;
+    assert_eq!(kvs.len(), 100);
+    assert_eq!(rev, 1000);
+    assert!(kvs.iter().all(|kv| kv.version == 10 && kv.value == value));
+}

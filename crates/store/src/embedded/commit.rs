@@ -101,7 +101,13 @@ pub(crate) fn run(shared: Arc<Shared>, mut disk: Disk, rx: Receiver<Request>, op
             }
         }
         commit_batch(&shared, &mut disk, &mut batch, &mut deadlines, &mut buf);
-        if disk.wal_bytes() >= opts.segment_bytes && !snapshotting.load(Ordering::Acquire) {
+        // A snapshot writes all the live data: taken once the segment is as large as that
+        // (and at least `segment_bytes`), snapshots cost at most as many bytes as the log.
+        let wal = disk.wal_bytes();
+        if wal >= opts.segment_bytes
+            && !snapshotting.load(Ordering::Acquire)
+            && wal >= shared.mvcc.read().live_bytes() as u64
+        {
             start_snapshot(&shared, &mut disk, &snapshotting);
         }
     }

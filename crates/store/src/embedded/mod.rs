@@ -28,10 +28,12 @@
 //!   value`), and a final kind-7 record (`rev, compacted, next_segment, record_count`) without
 //!   which the snapshot is invalid. Written as `*.tmp`, fsynced, then renamed.
 //!
-//! When the current segment exceeds `segment_bytes` (64 MiB by default) a new segment starts
-//! and a snapshot of the state at that moment is written in the background; once it is durable
-//! the older segments and snapshots are deleted. Disk use is thus about one snapshot (the live
-//! data) plus at most two segments.
+//! When the current segment exceeds both `segment_bytes` (64 MiB by default) and the live
+//! data's size, a new segment starts and a snapshot of the state at that moment is written in
+//! the background; once it is durable the older segments and snapshots are deleted. Writing
+//! snapshots thus costs at most as many bytes as the log (a snapshot per 64 MiB of log would
+//! rewrite a large store over and over), and disk use is about one snapshot (the live data)
+//! plus at most two segments of about that size.
 //!
 //! Opening loads the newest snapshot and replays the segments from its `next_segment` on. A
 //! record cut short at the very end of the last segment (a crash during a write, never
@@ -67,7 +69,8 @@ use crate::{
 #[derive(Clone, Debug)]
 pub struct Options {
     pub dir: PathBuf,
-    /// Start a new log segment (and a snapshot) once the current one reaches this size.
+    /// Start a new log segment (and a snapshot) once the current one reaches this size and
+    /// the live data's.
     pub segment_bytes: u64,
     /// At most this many writes share one fsync.
     pub max_batch: usize,
