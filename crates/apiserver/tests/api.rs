@@ -808,3 +808,48 @@ async fn concurrent_patches_without_a_resource_version_all_apply() {
         .await;
     assert_eq!(r.code, 409);
 }
+
+/// A status write changes the status and (for built-in kinds) the metadata a controller sets
+/// with it, never the spec, the owners of a pod, or what identifies the object.
+#[tokio::test]
+async fn status_writes_keep_the_spec_and_identity() {
+    let a = api().await;
+    let pods = "/api/v1/namespaces/default/pods";
+    let pod = json!({"metadata": {"name": "p", "labels": {"app": "a"}},
+        "spec": {"containers": [{"name": "c", "image": "i"}]}});
+    let created = a.post(pods, pod).await;
+    assert_eq!(created.code, 201, "{}", created.body);
+    let patch = json!({
+        "metadata": {"labels": {"app": "b"}, "annotations": {"note": "n"}, "uid": "other",
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "n", "uid": "u"}]},
+        "spec": {"activeDeadlineSeconds": 5},
+        "status": {"phase": "Running", "podIP": "10.0.0.5"},
+        "extra": 1
+    });
+    let r = a
+        .patch(
+            &format!("{pods}/p/status"),
+            "application/merge-patch+json",
+            patch,
+        )
+        .await;
+    assert_eq!(r.code, 200, "{}", r.body);
+    let got = a.get(&format!("{pods}/p")).await.body;
+    assert_eq!(got["status"]["phase"], "Running");
+    assert_eq!(got["status"]["podIP"], "10.0.0.5");
+    assert_eq!(got["metadata"]["labels"], json!({"app": "b"}));
+    assert_eq!(got["metadata"]["annotations"], json!({"note": "n"}));
+    assert_eq!(got["metadata"]["uid"], created.body["metadata"]["uid"]);
+    assert!(got["metadata"].get("ownerReferences").is_none(), "{got}");
+    assert_eq!(got["spec"], created.body["spec"]);
+    assert!(got.get("extra").is_none(), "{got}");
+
+    // A status replaced without a spec keeps the spec; one without a status clears it.
+    let mut whole = got.clone();
+    whole.as_object_mut().unwrap().remove("spec");
+    whole["status"] = json!({"phase": "Succeeded"});
+    let r = a.put(&format!("{pods}/p/status"), whole).await;
+    assert_eq!(r.code, 200, "{}", r.body);
+    assert_eq!(r.body["spec"], created.body["spec"]);
+    assert_eq!(r.body["status"], json!({"phase": "Succeeded"}));
+}

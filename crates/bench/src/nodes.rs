@@ -30,7 +30,7 @@ pub const EXIT_CODE: &str = "hollow.capstan.dev/exit-code";
 pub const RUN_SECONDS: &str = "hollow.capstan.dev/run-seconds";
 pub const READY: &str = "hollow.capstan.dev/ready";
 /// How long a node found without a pod CIDR is taken to have none.
-const CIDR_RECHECK: Duration = Duration::from_secs(10);
+const CIDR_RECHECK: Duration = Duration::from_secs(60);
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct NodesArgs {

@@ -762,29 +762,35 @@ impl Registry {
     fn prepare_update(&self, next: &mut Value, old: &Value, subresource: &str) {
         let csr = certificates::is_csr(self.storage.group, self.storage.kind);
         if subresource == "status" || (subresource == "approval" && csr) {
-            let status = if subresource == "approval" {
-                // Kubernetes' csrApprovalStrategy: only the conditions change.
-                Some(certificates::approval_status(next.get("status"), old))
+            // The object as it was with the written status — and, for built-in kinds, the
+            // written metadata (their status strategies reset the spec, not the metadata: a
+            // controller sets annotations with its status, the deployment controller's
+            // revision); a custom resource's status write changes nothing but the status.
+            // Every other member comes from `old`, copied only where it differs.
+            let approval = (subresource == "approval")
+                .then(|| certificates::approval_status(next.get("status"), old));
+            let custom = self.info.custom;
+            let written = |k: &str| k == "status" || (k == "metadata" && !custom);
+            if let (Some(map), Some(old_map)) = (next.as_object_mut(), old.as_object()) {
+                map.retain(|k, _| written(k) || old_map.contains_key(k));
+                for (k, v) in old_map {
+                    if !written(k) && map.get(k) != Some(v) {
+                        map.insert(k.clone(), v.clone());
+                    }
+                }
+                if let Some(status) = approval {
+                    map.insert("status".into(), status);
+                }
+                if !custom && !map.get("metadata").is_some_and(Value::is_object) {
+                    match old_map.get("metadata") {
+                        Some(m) => map.insert("metadata".into(), m.clone()),
+                        None => map.remove("metadata"),
+                    };
+                }
             } else {
-                next.get("status").cloned()
-            };
-            // Built-in kinds' status strategies reset the spec, not the metadata: a controller
-            // sets annotations with its status (the deployment controller's revision). A custom
-            // resource's status write changes nothing but the status.
-            let metadata = if self.info.custom {
-                None
-            } else {
-                next.get("metadata").cloned()
-            };
-            *next = old.clone();
-            if let Some(map) = next.as_object_mut() {
-                match status {
-                    Some(s) => map.insert("status".into(), s),
-                    None => map.remove("status"),
-                };
+                *next = old.clone();
             }
-            if let Some(Value::Object(mut md)) = metadata {
-                let old_md = meta::metadata(old).cloned().unwrap_or_default();
+            if !custom {
                 let mut keep = vec![
                     "name",
                     "namespace",
@@ -802,15 +808,7 @@ impl Registry {
                     "Pod" => keep.push("ownerReferences"),
                     _ => {}
                 }
-                for f in keep {
-                    match old_md.get(f) {
-                        Some(v) => md.insert(f.to_string(), v.clone()),
-                        None => md.remove(f),
-                    };
-                }
-                if let Some(map) = next.as_object_mut() {
-                    map.insert("metadata".into(), Value::Object(md));
-                }
+                keep_from_old(next, old, &keep);
             }
             strategy::prepare_for_status_update(self.storage.kind, next, old);
             if csr {
@@ -828,21 +826,18 @@ impl Registry {
         }
         capstan_api::defaults::apply(s.group, s.kind, next);
         self.strategy.extra_defaults(next);
-        let old_md = meta::metadata(old).cloned().unwrap_or_default();
-        let md = meta::metadata_mut(next);
-        for f in [
-            "uid",
-            "creationTimestamp",
-            "deletionTimestamp",
-            "deletionGracePeriodSeconds",
-            "generation",
-        ] {
-            match old_md.get(f) {
-                Some(v) => md.insert(f.to_string(), v.clone()),
-                None => md.remove(f),
-            };
-        }
-        md.remove("selfLink");
+        keep_from_old(
+            next,
+            old,
+            &[
+                "uid",
+                "creationTimestamp",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "generation",
+            ],
+        );
+        meta::metadata_mut(next).remove("selfLink");
         if self.strategy.tracks_generation() && self.strategy.generation_changes(old, next) {
             let g = meta::generation(old) + 1;
             meta::metadata_mut(next).insert("generation".into(), json!(g));
@@ -1135,6 +1130,23 @@ impl Registry {
         match self.store.current_revision().await {
             Ok(rev) => self.cache.wait_for(rev, Duration::from_secs(3)).await,
             Err(_) => false,
+        }
+    }
+}
+
+/// Set each of `fields` of `next`'s metadata to `old`'s, or remove it where `old` has none.
+fn keep_from_old(next: &mut Value, old: &Value, fields: &[&str]) {
+    let old_md = meta::metadata(old);
+    let md = meta::metadata_mut(next);
+    for f in fields {
+        match old_md.and_then(|m| m.get(*f)) {
+            Some(v) if md.get(*f) != Some(v) => {
+                md.insert(f.to_string(), v.clone());
+            }
+            Some(_) => {}
+            None => {
+                md.remove(*f);
+            }
         }
     }
 }
