@@ -187,7 +187,12 @@ where
             let served =
                 tokio::spawn(async move { handle(&api, req, &conn, authorization.as_ref()).await });
             Ok(served.await.unwrap_or_else(|e| {
-                tracing::error!(error = %e, "an in-process request failed");
+                if e.is_cancelled() {
+                    // The runtime is shutting down with the request in flight.
+                    tracing::debug!(error = %e, "an in-process request was cancelled");
+                } else {
+                    tracing::error!(error = %e, "an in-process request failed");
+                }
                 error_response(&ApiError::internal("the request handler failed"))
             }))
         })
