@@ -17,3 +17,18 @@ pub mod schema;
 pub mod selector;
 pub mod table;
 pub mod validation;
+
+/// This machine's architecture as Go names it (GOARCH), which is what Kubernetes reports (node
+/// labels and info, `/version`'s platform, User-Agents).
+pub fn go_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "x86" => "386",
+        "powerpc64" => "ppc64le",
+        "s390x" => "s390x",
+        "riscv64" => "riscv64",
+        "arm" => "arm",
+        other => other,
+    }
+}

@@ -867,7 +867,7 @@ pub fn version_info() -> serde_json::Value {
         "buildDate": "2026-01-01T00:00:00Z",
         "goVersion": "go1.23.0",
         "compiler": "gc",
-        "platform": format!("{}/{}", std::env::consts::OS, if std::env::consts::ARCH == "x86_64" { "amd64" } else { std::env::consts::ARCH }),
+        "platform": format!("{}/{}", std::env::consts::OS, capstan_api::go_arch()),
     })
 }
 

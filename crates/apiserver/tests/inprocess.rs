@@ -219,6 +219,41 @@ async fn get_list_create_delete_with_admission_and_validation() {
     .await;
 }
 
+/// A component's client says what it is in its User-Agent, as Kubernetes' components do, so
+/// its writes are recorded in managedFields under its name; a client without one is `unknown`.
+#[tokio::test]
+async fn components_are_field_managers_by_their_user_agent() {
+    let c = cluster().await;
+    c.namespace("ua").await;
+    let manager = |cm: &ConfigMap| {
+        cm.metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .map(|e| e.manager.clone().unwrap_or_default())
+            .collect::<Vec<_>>()
+    };
+    let cm = |name: &str| -> ConfigMap {
+        serde_json::from_value(json!({"metadata": {"name": name}, "data": {"k": "v"}}))
+            .expect("a config map")
+    };
+    let controllers = c
+        .in_process
+        .clone()
+        .with_user_agent("kube-controller-manager")
+        .client_as("kubernetes-admin", &["system:masters"]);
+    let written = Api::<ConfigMap>::namespaced(controllers, "ua")
+        .create(&PostParams::default(), &cm("by-controller"))
+        .await
+        .expect("creating as the controller manager");
+    assert_eq!(manager(&written), ["kube-controller-manager"]);
+    let plain = Api::<ConfigMap>::namespaced(c.admin(), "ua")
+        .create(&PostParams::default(), &cm("by-admin"))
+        .await
+        .expect("creating without a user agent");
+    assert_eq!(manager(&plain), ["unknown"]);
+}
+
 #[tokio::test]
 async fn a_watch_streams_events_as_they_happen() {
     let c = cluster().await;

@@ -296,8 +296,11 @@ pub(crate) async fn start(
                 tracing::warn!(error = %format!("{e:#}"), "creating the default StorageClass");
             }
         });
-        let manager = in_process.client_as("system:kube-controller-manager", &[]);
-        let tokens = in_process.clone();
+        let controllers = in_process
+            .clone()
+            .with_user_agent("kube-controller-manager");
+        let manager = controllers.client_as("system:kube-controller-manager", &[]);
+        let tokens = controllers;
         let token_client: capstan_controllers::TokenClient = Arc::new(move |token: &str| {
             tokens
                 .client_with_token(token)
@@ -310,7 +313,10 @@ pub(crate) async fn start(
         });
     }
     if !args.disable_scheduler {
-        let client = in_process.client_as("system:kube-scheduler", &[]);
+        let client = in_process
+            .clone()
+            .with_user_agent("kube-scheduler")
+            .client_as("system:kube-scheduler", &[]);
         tokio::spawn(async move {
             let cfg = capstan_scheduler::config::default_config();
             if let Err(e) = crate::scheduler_cmd::start_with(client, &cfg, true).await {

@@ -229,7 +229,10 @@ async fn bring_up(
     let node_name = opts.node_name.clone();
     // The kubelet as system:node:NAME (the Node authorizer and NodeRestriction govern it),
     // the proxy as system:kube-proxy (system:node-proxier), as kubeadm's clusters have them.
-    let node_client = in_process.client_as(&format!("system:node:{node_name}"), &["system:nodes"]);
+    let node_client = in_process
+        .clone()
+        .with_user_agent("kubelet")
+        .client_as(&format!("system:node:{node_name}"), &["system:nodes"]);
     // A Node kept from an earlier run still says Ready: only what this kubelet wrote counts
     // (times in Node status are whole seconds).
     let since =
@@ -237,7 +240,10 @@ async fn bring_up(
     crate::node::start_kubelet(node_client.clone(), &endpoint, opts, running)?;
     if addons.enabled("proxy") {
         crate::node::start_proxy(
-            in_process.client_as("system:kube-proxy", &[]),
+            in_process
+                .clone()
+                .with_user_agent("kube-proxy")
+                .client_as("system:kube-proxy", &[]),
             &node_name,
             &addons.proxy_mode,
             cluster_cidr,

@@ -271,19 +271,7 @@ pub fn set_node_status(node: &mut Node, obs: &Observed, now: Timestamp) -> Vec<N
     events
 }
 
-/// The architecture as Go names it (GOARCH), which is what Kubernetes reports.
-pub fn go_arch() -> &'static str {
-    match std::env::consts::ARCH {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        "x86" => "386",
-        "powerpc64" => "ppc64le",
-        "s390x" => "s390x",
-        "riscv64" => "riscv64",
-        "arm" => "arm",
-        other => other,
-    }
-}
+pub use capstan_api::go_arch;
 
 fn truncate_to_seconds(t: Timestamp) -> Timestamp {
     Timestamp::from_second(t.as_second()).unwrap_or(t)
