@@ -418,6 +418,7 @@ impl Mvcc {
             }
             _ => (rev, 1),
         };
+        grow_exactly_while_small(vs);
         vs.push(Version {
             mod_rev: rev,
             create_rev,
@@ -451,6 +452,7 @@ impl Mvcc {
                 }
             }
         }
+        grow_exactly_while_small(vs);
         vs.push(Version {
             mod_rev: rev,
             create_rev: 0,
@@ -560,6 +562,8 @@ impl Mvcc {
         vs.drain(..drop);
         if vs.is_empty() {
             self.keys.remove(key);
+        } else if vs.capacity() > 2 * vs.len() {
+            vs.shrink_to_fit();
         }
     }
 
@@ -590,6 +594,14 @@ impl Mvcc {
             }
             self.apply_compact(target);
         }
+    }
+}
+
+/// Most keys hold one or two versions; a `Vec`'s first growth would make room for four (256
+/// bytes a key, most of the index of a store of pods). Grow by one up to four, then as usual.
+fn grow_exactly_while_small(vs: &mut Vec<Version>) {
+    if vs.len() == vs.capacity() && vs.len() < 4 {
+        vs.reserve_exact(1);
     }
 }
 
@@ -665,6 +677,25 @@ mod tests {
         assert_eq!(m.history_bytes, 0);
         let (evs, _) = m.events(&RangeRequest::prefix(""), 5, 5, 10).unwrap();
         assert_eq!(evs.len(), 1);
+    }
+
+    #[test]
+    fn keys_hold_room_for_the_versions_they_have() {
+        let mut m = store();
+        put(&mut m, "a", "1");
+        assert_eq!(m.keys[&b"a"[..]].capacity(), 1);
+        put(&mut m, "a", "2");
+        put(&mut m, "a", "3");
+        assert_eq!(m.keys[&b"a"[..]].capacity(), 3);
+        for v in 4..=9 {
+            put(&mut m, "a", &v.to_string());
+        }
+        assert!(m.keys[&b"a"[..]].capacity() >= 9);
+        let mut out = vec![];
+        m.compact(m.current(), &mut out).unwrap();
+        let vs = &m.keys[&b"a"[..]];
+        assert_eq!((vs.len(), vs.capacity()), (1, 1));
+        assert_eq!(m.get(b"a", 0).unwrap().0.unwrap().value, b("9"));
     }
 
     #[test]
