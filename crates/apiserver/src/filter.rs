@@ -102,7 +102,7 @@ impl Filter {
             }
         }
         if let Some(l) = &self.labels {
-            if !l.matches(&obj.labels) {
+            if !l.matches_fn(|k| obj.label(k)) {
                 return false;
             }
         }
