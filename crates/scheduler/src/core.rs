@@ -154,12 +154,7 @@ impl Core {
     pub fn on_pod(&mut self, pod: Pod, now: Instant) {
         let info = PodInfo::new(pod);
         let key = info.key.clone();
-        let phase = info
-            .pod
-            .status
-            .as_ref()
-            .and_then(|s| s.phase.as_deref())
-            .unwrap_or("");
+        let phase = info.phase();
         if phase == "Succeeded" || phase == "Failed" {
             self.on_pod_delete(&key, now);
             return;
@@ -198,14 +193,9 @@ impl Core {
             self.queue.delete(&key);
             return;
         }
-        match info
-            .pod
-            .status
-            .as_ref()
-            .and_then(|s| s.nominated_node_name.as_deref())
-        {
-            Some(n) if !n.is_empty() => self.snapshot.nominate(info.clone(), n),
-            _ => self.snapshot.clear_nomination(&key),
+        match info.nominated_node_name() {
+            "" => self.snapshot.clear_nomination(&key),
+            n => self.snapshot.nominate(info.clone(), n),
         }
         let gated = !self.profiles[profile].run_pre_enqueue(&info).is_success();
         let was_gated = self.queue.get(&key).is_some();
@@ -532,6 +522,16 @@ mod tests {
         let mut p = pod("p", &[&[("cpu", "1"), ("memory", "1Gi")]]);
         p.metadata.labels = Some([("app".to_string(), "web".to_string())].into());
         p.metadata.annotations = Some([("note".to_string(), "x".repeat(1000))].into());
+        p.metadata.owner_references = Some(vec![
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                api_version: "apps/v1".into(),
+                kind: "ReplicaSet".into(),
+                name: "web-1".into(),
+                uid: "uid-rs".into(),
+                controller: Some(true),
+                ..Default::default()
+            },
+        ]);
         let spec = p.spec.as_mut().unwrap();
         spec.node_name = Some("a".into());
         spec.priority = Some(5);
@@ -586,8 +586,25 @@ mod tests {
             ("p", "default", "uid-p", "a")
         );
         assert_eq!(placed.labels(), full.labels());
-        assert!(placed.pod.metadata.annotations.is_none());
-        let spec = placed.pod.spec.as_ref().unwrap();
+        // What placement reads of placed pods, read without making a Pod of them.
+        assert!(placed.is_placed() && !full.is_placed());
+        let names = |vs: &[Volume]| vs.iter().map(|v| v.name.clone()).collect::<Vec<_>>();
+        assert_eq!(names(placed.volumes()), ["data"]);
+        assert_eq!(names(full.volumes()), ["data", "scratch"]);
+        assert_eq!(placed.start_time(), Some(&started));
+        assert_eq!(placed.phase(), "Running");
+        assert_eq!(
+            placed.disruption_target().map(|c| c.status.as_str()),
+            Some("True")
+        );
+        assert_eq!(placed.nominated_node_name(), "");
+        assert_eq!(placed.scheduler_name(), "default-scheduler");
+        let owners = |i: &PodInfo| i.metadata().owner_references.clone().unwrap_or_default();
+        assert_eq!(owners(&placed).len(), 1);
+        assert_eq!(owners(&placed), owners(&full));
+        // Asked for, the object carries the same.
+        assert!(placed.pod().metadata.annotations.is_none());
+        let spec = placed.pod().spec.as_ref().unwrap();
         assert!(spec.containers.is_empty());
         let volumes: Vec<&str> = spec
             .volumes
@@ -596,7 +613,7 @@ mod tests {
             .map(|v| v.name.as_str())
             .collect();
         assert_eq!(volumes, ["data"]);
-        let status = placed.pod.status.as_ref().unwrap();
+        let status = placed.pod().status.as_ref().unwrap();
         assert_eq!(status.start_time, Some(started));
         let kept: Vec<&str> = status
             .conditions
@@ -620,7 +637,7 @@ mod tests {
         core.on_pod(p, now);
         let n = core.snapshot.get("a").unwrap();
         assert_eq!(n.pods.len(), 1);
-        assert!(n.pods[0].pod.spec.as_ref().unwrap().containers.is_empty());
+        assert!(n.pods[0].pod().spec.as_ref().unwrap().containers.is_empty());
         assert_eq!(n.requested, full.requests);
         assert_eq!(n.used_ports, full.host_ports);
     }

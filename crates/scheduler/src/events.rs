@@ -46,8 +46,8 @@ impl Record {
                 kind: Some("Pod".into()),
                 namespace: Some(pod.namespace().to_string()),
                 name: Some(pod.name().to_string()),
-                uid: pod.pod.metadata.uid.clone(),
-                resource_version: pod.pod.metadata.resource_version.clone(),
+                uid: pod.metadata().uid.clone(),
+                resource_version: pod.metadata().resource_version.clone(),
                 ..Default::default()
             },
             type_,

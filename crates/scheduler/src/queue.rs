@@ -137,8 +137,8 @@ impl SchedulingQueue {
     pub fn add(&mut self, info: Arc<PodInfo>, gated: bool, now: Instant) {
         let key: Arc<str> = Arc::from(info.key.as_str());
         if let Some(p) = self.pods.get_mut(&key) {
-            let spec_changed = p.info.pod.spec != info.pod.spec
-                || p.info.pod.metadata.labels != info.pod.metadata.labels;
+            let spec_changed =
+                p.info.pod().spec != info.pod().spec || p.info.labels() != info.labels();
             p.info = info;
             match p.place {
                 Place::InFlight | Place::Active => {}

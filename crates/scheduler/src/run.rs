@@ -236,7 +236,7 @@ async fn update_status(
     message: &str,
     nominated: Option<&str>,
 ) {
-    let status = pod.pod.status.as_ref();
+    let status = pod.pod().status.as_ref();
     let same = status
         .and_then(|s| s.conditions.as_ref())
         .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled"))
@@ -300,7 +300,7 @@ async fn preempt(
         .await;
     let dp = DeleteParams {
         preconditions: Some(Preconditions {
-            uid: victim.pod.metadata.uid.clone(),
+            uid: victim.uid().to_string().into(),
             resource_version: None,
         }),
         ..Default::default()

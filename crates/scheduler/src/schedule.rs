@@ -220,12 +220,7 @@ fn find_nodes_that_fit(
     }
 
     // A pod nominated by an earlier preemption tries its node first.
-    let nominated = pod
-        .pod
-        .status
-        .as_ref()
-        .and_then(|s| s.nominated_node_name.as_deref())
-        .filter(|n| !n.is_empty());
+    let nominated = Some(pod.nominated_node_name()).filter(|n| !n.is_empty());
     if let Some(idx) = nominated.and_then(|n| snapshot.index_of(n)) {
         let node = &snapshot.nodes()[idx];
         if fw

@@ -83,7 +83,7 @@ impl PreScorePlugin for ImageLocality {
         snapshot: &Snapshot,
     ) -> Status {
         let total = snapshot.num_nodes();
-        let Some(spec) = pod.pod.spec.as_ref() else {
+        let Some(spec) = pod.pod().spec.as_ref() else {
             return Status::skip();
         };
         if total == 0 {

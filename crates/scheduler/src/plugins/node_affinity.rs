@@ -397,7 +397,7 @@ pub struct RequiredNodeAffinity {
 
 impl RequiredNodeAffinity {
     pub fn from_pod(pod: &PodInfo) -> RequiredNodeAffinity {
-        let spec = pod.pod.spec.as_ref();
+        let spec = pod.pod().spec.as_ref();
         let node_selector = spec
             .and_then(|s| s.node_selector.as_ref())
             .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
@@ -487,7 +487,7 @@ struct PreFilterState(Arc<RequiredNodeAffinity>);
 struct PreScoreState(Arc<Vec<WeightedTerm>>);
 
 fn pod_preferred(pod: &PodInfo) -> Option<&Vec<PreferredSchedulingTerm>> {
-    pod.pod
+    pod.pod()
         .spec
         .as_ref()
         .and_then(|s| s.affinity.as_ref())
@@ -596,7 +596,7 @@ impl PreFilterPlugin for NodeAffinity {
         pod: &PodInfo,
         _snapshot: &Snapshot,
     ) -> (PreFilterResult, Status) {
-        let spec = pod.pod.spec.as_ref();
+        let spec = pod.pod().spec.as_ref();
         let required = spec
             .and_then(|s| s.affinity.as_ref())
             .and_then(|a| a.node_affinity.as_ref())

@@ -55,12 +55,7 @@ impl Plugin for NodePorts {
         let (ClusterEvent::PodDelete, Some(deleted)) = (event, changed) else {
             return true;
         };
-        let nominated = deleted
-            .pod
-            .status
-            .as_ref()
-            .and_then(|s| s.nominated_node_name.as_deref())
-            .unwrap_or("");
+        let nominated = Some(deleted.nominated_node_name()).unwrap_or("");
         if deleted.node_name().is_empty() && nominated.is_empty() {
             return false;
         }

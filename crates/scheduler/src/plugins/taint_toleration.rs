@@ -65,7 +65,7 @@ pub fn tolerates(tolerations: &[Toleration], taint: &Taint) -> bool {
 
 /// The pod's tolerations (empty when it has none).
 pub fn pod_tolerations(pod: &PodInfo) -> &[Toleration] {
-    pod.pod
+    pod.pod()
         .spec
         .as_ref()
         .and_then(|s| s.tolerations.as_deref())

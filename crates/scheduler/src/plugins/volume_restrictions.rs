@@ -74,11 +74,7 @@ impl PreFilterState {
 }
 
 fn pod_volumes(pod: &PodInfo) -> &[Volume] {
-    pod.pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.volumes.as_deref())
-        .unwrap_or(&[])
+    pod.volumes()
 }
 
 /// Volumes whose conflicts this plugin checks.
@@ -503,7 +499,7 @@ mod tests {
         let plugin = rwop_plugin();
         let user = PodInfo::new(raw_pod("user", "default", claim("claim-with-rwop")));
         let target = PodInfo::new(raw_pod("target", "default", claim("claim-with-rwop")));
-        let snap = snapshot(vec![(node("node-1", &[], &[]), vec![(*user.pod).clone()])]);
+        let snap = snapshot(vec![(node("node-1", &[], &[]), vec![user.pod().clone()])]);
         let n = snap.get("node-1").expect("node").clone();
         let mut state = CycleState::new();
         let (_, pre) = plugin.pre_filter(&mut state, &target, &snap);

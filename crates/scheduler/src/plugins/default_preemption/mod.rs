@@ -448,10 +448,7 @@ impl PostFilterPlugin for DefaultPreemption {
 /// The node the pod was nominated to by an earlier preemption: its status, or what the
 /// scheduler recorded in the snapshot.
 fn nominated_node_name<'a>(pod: &'a PodInfo, snapshot: &'a Snapshot) -> &'a str {
-    pod.pod
-        .status
-        .as_ref()
-        .and_then(|s| s.nominated_node_name.as_deref())
+    Some(pod.nominated_node_name())
         .filter(|s| !s.is_empty())
         .or_else(|| snapshot.nominated_node(&pod.key))
         .unwrap_or("")
@@ -466,7 +463,7 @@ fn pod_eligible_to_preempt_others(
     nominated_status: Code,
 ) -> Result<(), &'static str> {
     let policy = pod
-        .pod
+        .pod()
         .spec
         .as_ref()
         .and_then(|s| s.preemption_policy.as_deref());
@@ -491,14 +488,10 @@ fn pod_eligible_to_preempt_others(
 
 /// Being deleted, with the `DisruptionTarget` condition the scheduler sets on its victims.
 fn terminating_by_preemption(p: &PodInfo) -> bool {
-    if p.pod.metadata.deletion_timestamp.is_none() {
+    if !p.terminating() {
         return false;
     }
-    p.pod
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.type_ == "DisruptionTarget"))
+    p.disruption_target()
         .is_some_and(|c| c.status == "True" && c.reason.as_deref() == Some("PreemptionByScheduler"))
 }
 
@@ -595,11 +588,7 @@ fn more_important(a: &PodInfo, b: &PodInfo, now: i128) -> Ordering {
 }
 
 fn start_time(p: &PodInfo, now: i128) -> i128 {
-    p.pod
-        .status
-        .as_ref()
-        .and_then(|s| s.start_time.as_ref())
-        .map_or(now, |t| t.0.as_nanosecond())
+    p.start_time().map_or(now, |t| t.0.as_nanosecond())
 }
 
 fn now_nanos() -> i128 {

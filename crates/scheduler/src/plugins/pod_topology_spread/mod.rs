@@ -334,7 +334,7 @@ impl OwnerSelectors {
             }
         }
         let controller = pod
-            .pod
+            .pod()
             .metadata
             .owner_references
             .iter()
@@ -553,7 +553,7 @@ impl PodTopologySpread {
             "soft"
         };
         let own = pod
-            .pod
+            .pod()
             .spec
             .as_ref()
             .and_then(|s| s.topology_spread_constraints.as_deref())
@@ -898,7 +898,7 @@ impl PreScorePlugin for PodTopologySpread {
             return Status::skip();
         }
         let has_own = pod
-            .pod
+            .pod()
             .spec
             .as_ref()
             .and_then(|s| s.topology_spread_constraints.as_ref())

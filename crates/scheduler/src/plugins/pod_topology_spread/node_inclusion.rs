@@ -21,7 +21,7 @@ impl NodeInclusion {
         NodeInclusion {
             affinity: RequiredNodeAffinity::from_pod(pod),
             tolerations: pod
-                .pod
+                .pod()
                 .spec
                 .as_ref()
                 .and_then(|s| s.tolerations.clone())
