@@ -55,7 +55,7 @@ impl Plugin for NodePorts {
         let (ClusterEvent::PodDelete, Some(deleted)) = (event, changed) else {
             return true;
         };
-        let nominated = Some(deleted.nominated_node_name()).unwrap_or("");
+        let nominated = deleted.nominated_node_name();
         if deleted.node_name().is_empty() && nominated.is_empty() {
             return false;
         }
