@@ -300,7 +300,7 @@ async fn preempt(
         .await;
     let dp = DeleteParams {
         preconditions: Some(Preconditions {
-            uid: victim.uid().to_string().into(),
+            uid: victim.metadata().uid.clone(),
             resource_version: None,
         }),
         ..Default::default()
