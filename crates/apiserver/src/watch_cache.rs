@@ -288,10 +288,6 @@ impl CacheEvent {
     /// of every object in the window and in the watchers' queues (18 % of the heap at the peak
     /// of the density test's rollout).
     pub fn write_frame(&self, view: Option<View>, as_type: EventType, out: &mut bytes::BytesMut) {
-        self.frame_into(view, as_type, out)
-    }
-
-    fn frame_into(&self, view: Option<View>, as_type: EventType, out: &mut bytes::BytesMut) {
         out.reserve(self.obj.json_len() + 32);
         out.extend_from_slice(b"{\"type\":\"");
         out.extend_from_slice(as_type.as_str().as_bytes());

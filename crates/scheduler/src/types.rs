@@ -4,12 +4,10 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use capstan_api::selector::label::LabelSelector;
 use capstan_api::validation::quantity;
-use std::sync::OnceLock;
-
 use k8s_openapi::api::core::v1::{
     Container, Node, Pod, PodAffinityTerm, PodCondition, PodSpec, PodStatus, Volume,
 };

@@ -334,8 +334,7 @@ impl OwnerSelectors {
             }
         }
         let controller = pod
-            .pod()
-            .metadata
+            .metadata()
             .owner_references
             .iter()
             .flatten()
