@@ -2,8 +2,9 @@
 //! resource and code with latency histograms, requests in flight, registered watchers, and
 //! store operation latency.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
+use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -57,11 +58,56 @@ impl Histogram {
 /// Request labels: (verb, group, version, resource, subresource, scope).
 type RequestKey = (String, String, String, String, String, &'static str);
 
+/// The counts and latencies of one request key.
+#[derive(Default)]
+struct Series {
+    /// Requests by response code.
+    codes: Vec<(u16, u64)>,
+    durations: Histogram,
+}
+
+/// Request series found by a hash of their labels, so that counting a request allocates
+/// nothing once its series exists (every request of the server passes here).
+#[derive(Default)]
+struct RequestSeries(HashMap<u64, Vec<(RequestKey, Series)>>);
+
+impl RequestSeries {
+    fn series(&mut self, labels: [&str; 5], scope: &'static str) -> &mut Series {
+        let mut h = std::hash::DefaultHasher::new();
+        labels.hash(&mut h);
+        scope.hash(&mut h);
+        let same = |k: &RequestKey| {
+            k.0 == labels[0]
+                && k.1 == labels[1]
+                && k.2 == labels[2]
+                && k.3 == labels[3]
+                && k.4 == labels[4]
+                && k.5 == scope
+        };
+        let slot = self.0.entry(h.finish()).or_default();
+        let i = match slot.iter().position(|(k, _)| same(k)) {
+            Some(i) => i,
+            None => {
+                let [verb, g, v, r, sub] = labels.map(str::to_string);
+                slot.push(((verb, g, v, r, sub, scope), Series::default()));
+                slot.len() - 1
+            }
+        };
+        &mut slot[i].1
+    }
+
+    /// Every series, in label order (for a stable exposition).
+    fn sorted(&self) -> Vec<&(RequestKey, Series)> {
+        let mut all: Vec<_> = self.0.values().flatten().collect();
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all
+    }
+}
+
 /// All metrics of one API server.
 #[derive(Default)]
 pub struct Metrics {
-    requests: Mutex<BTreeMap<(RequestKey, u16), u64>>,
-    durations: Mutex<BTreeMap<RequestKey, Histogram>>,
+    requests: Mutex<RequestSeries>,
     store_ops: Mutex<BTreeMap<&'static str, Histogram>>,
     inflight_read: AtomicI64,
     inflight_mutating: AtomicI64,
@@ -112,23 +158,22 @@ impl Metrics {
             "delete" => "DELETE",
             "deletecollection" => "DELETECOLLECTION",
             other => other,
-        }
-        .to_string();
-        let key: RequestKey = (
+        };
+        let labels = [
             verb,
-            info.group.clone(),
-            info.version.clone(),
-            info.resource.clone(),
-            info.subresource.clone(),
-            scope,
-        );
-        *self.requests.lock().entry((key.clone(), code)).or_default() += 1;
+            &info.group,
+            &info.version,
+            &info.resource,
+            &info.subresource,
+        ];
+        let mut requests = self.requests.lock();
+        let series = requests.series(labels, scope);
+        match series.codes.iter_mut().find(|(c, _)| *c == code) {
+            Some((_, n)) => *n += 1,
+            None => series.codes.push((code, 1)),
+        }
         if info.verb != "watch" {
-            self.durations
-                .lock()
-                .entry(key)
-                .or_default()
-                .observe(elapsed.as_secs_f64());
+            series.durations.observe(elapsed.as_secs_f64());
         }
     }
 
@@ -144,14 +189,25 @@ impl Metrics {
     pub fn render(&self, watchers: &[(String, String, String, usize)]) -> String {
         let mut out = String::with_capacity(16 << 10);
         out.push_str("# HELP apiserver_request_total Counter of apiserver requests broken out for each verb, dry run value, group, version, resource, scope, component, and HTTP response code.\n# TYPE apiserver_request_total counter\n");
-        for (((verb, g, v, r, sub, scope), code), n) in self.requests.lock().iter() {
-            let _ = writeln!(out, "apiserver_request_total{{code=\"{code}\",component=\"apiserver\",dry_run=\"\",group=\"{g}\",resource=\"{r}\",scope=\"{scope}\",subresource=\"{sub}\",verb=\"{verb}\",version=\"{v}\"}} {n}");
+        let requests = self.requests.lock();
+        let series = requests.sorted();
+        for ((verb, g, v, r, sub, scope), s) in &series {
+            let mut codes = s.codes.clone();
+            codes.sort_unstable();
+            for (code, n) in codes {
+                let _ = writeln!(out, "apiserver_request_total{{code=\"{code}\",component=\"apiserver\",dry_run=\"\",group=\"{g}\",resource=\"{r}\",scope=\"{scope}\",subresource=\"{sub}\",verb=\"{verb}\",version=\"{v}\"}} {n}");
+            }
         }
         out.push_str("# HELP apiserver_request_duration_seconds Response latency distribution in seconds for each verb, dry run value, group, version, resource, subresource, scope and component.\n# TYPE apiserver_request_duration_seconds histogram\n");
-        for ((verb, g, v, r, sub, scope), h) in self.durations.lock().iter() {
+        for ((verb, g, v, r, sub, scope), s) in &series {
+            if s.durations.count == 0 {
+                continue;
+            }
             let labels = format!("component=\"apiserver\",dry_run=\"\",group=\"{g}\",resource=\"{r}\",scope=\"{scope}\",subresource=\"{sub}\",verb=\"{verb}\",version=\"{v}\"");
-            h.render(&mut out, "apiserver_request_duration_seconds", &labels);
+            s.durations
+                .render(&mut out, "apiserver_request_duration_seconds", &labels);
         }
+        drop(requests);
         out.push_str("# HELP apiserver_current_inflight_requests Maximal number of currently used inflight request limit of this apiserver per request kind in last second.\n# TYPE apiserver_current_inflight_requests gauge\n");
         let _ = writeln!(
             out,
@@ -303,5 +359,59 @@ mod tests {
         assert!(text
             .contains("apiserver_registered_watchers{group=\"\",kind=\"Pod\",version=\"v1\"} 2"));
         assert!(text.contains("request_kind=\"mutating\"} 0"));
+    }
+
+    #[test]
+    fn each_series_counts_its_codes_and_only_its_own_requests() {
+        let m = Metrics::new();
+        let get = crate::request::RequestInfo {
+            is_resource: true,
+            verb: "get".into(),
+            version: "v1".into(),
+            resource: "pods".into(),
+            namespace: "default".into(),
+            name: "p".into(),
+            ..Default::default()
+        };
+        let watch = crate::request::RequestInfo {
+            verb: "watch".into(),
+            name: String::new(),
+            ..get.clone()
+        };
+        let status = crate::request::RequestInfo {
+            subresource: "status".into(),
+            ..get.clone()
+        };
+        for code in [404, 200, 200] {
+            m.request(&get, code, Duration::from_millis(30));
+        }
+        m.request(&watch, 200, Duration::from_secs(30));
+        m.request(&status, 200, Duration::from_millis(1));
+        let text = m.render(&[]);
+        let totals: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("apiserver_request_total{"))
+            .collect();
+        let line = |code: &str, sub: &str, verb: &str| {
+            format!("apiserver_request_total{{code=\"{code}\",component=\"apiserver\",dry_run=\"\",group=\"\",resource=\"pods\",scope=\"{}\",subresource=\"{sub}\",verb=\"{verb}\",version=\"v1\"}}",
+                if verb == "WATCH" { "namespace" } else { "resource" })
+        };
+        assert_eq!(
+            totals,
+            [
+                format!("{} 2", line("200", "", "GET")),
+                format!("{} 1", line("404", "", "GET")),
+                format!("{} 1", line("200", "status", "GET")),
+                format!("{} 1", line("200", "", "WATCH")),
+            ]
+        );
+        // Watches have no latency histogram; the two GET series have one each.
+        let counts: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("apiserver_request_duration_seconds_count"))
+            .collect();
+        assert_eq!(counts.len(), 2, "{counts:?}");
+        assert!(counts[0].contains("subresource=\"\"") && counts[0].ends_with(" 3"));
+        assert!(counts[1].contains("subresource=\"status\"") && counts[1].ends_with(" 1"));
     }
 }
