@@ -2,6 +2,43 @@
 
 use serde_json::{Map, Value};
 
+/// JSON pointer lookup without allocating: `serde_json::Value::pointer` unescapes every token
+/// into a new string, and the request path looks fields up this way many times per write.
+pub trait At {
+    /// The value at the RFC 6901 pointer `pointer` ("" is the whole value), as
+    /// [`Value::pointer`] finds it.
+    fn at(&self, pointer: &str) -> Option<&Value>;
+}
+
+impl At for Value {
+    fn at(&self, pointer: &str) -> Option<&Value> {
+        if pointer.is_empty() {
+            return Some(self);
+        }
+        let rest = pointer.strip_prefix('/')?;
+        if rest.contains('~') {
+            return self.pointer(pointer);
+        }
+        rest.split('/').try_fold(self, |v, token| match v {
+            Value::Object(m) => m.get(token),
+            Value::Array(a) => array_index(token).and_then(|i| a.get(i)),
+            _ => None,
+        })
+    }
+}
+
+/// An array index token as RFC 6901 allows it: digits, no leading zero (but "0").
+fn array_index(token: &str) -> Option<usize> {
+    if token.is_empty()
+        || token.starts_with('+')
+        || (token.len() > 1 && token.starts_with('0'))
+        || !token.bytes().all(|b| b.is_ascii_digit())
+    {
+        return None;
+    }
+    token.parse().ok()
+}
+
 /// `obj.metadata`, if present and an object.
 pub fn metadata(obj: &Value) -> Option<&Map<String, Value>> {
     obj.get("metadata")?.as_object()
@@ -109,15 +146,42 @@ pub fn format_time(t: std::time::SystemTime) -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
         .unwrap_or(0);
+    format_unix_seconds(secs)
+}
+
+/// [`format_time`] of a time given in seconds since the epoch (before it when negative).
+pub fn format_unix_seconds(secs: i64) -> String {
     let days = secs.div_euclid(86_400);
     let rem = secs.rem_euclid(86_400);
     let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        (rem / 60) % 60,
-        rem % 60
-    )
+    if !(0..=9999).contains(&y) {
+        return format!(
+            "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+            rem / 3600,
+            (rem / 60) % 60,
+            rem % 60
+        );
+    }
+    // Every write stamps a time or two: written digit by digit, not through the formatter.
+    let mut out = [0u8; 20];
+    let two = |out: &mut [u8], at: usize, n: i64| {
+        out[at] = b'0' + (n / 10) as u8;
+        out[at + 1] = b'0' + (n % 10) as u8;
+    };
+    two(&mut out, 0, y / 100);
+    two(&mut out, 2, y % 100);
+    out[4] = b'-';
+    two(&mut out, 5, m as i64);
+    out[7] = b'-';
+    two(&mut out, 8, d as i64);
+    out[10] = b'T';
+    two(&mut out, 11, rem / 3600);
+    out[13] = b':';
+    two(&mut out, 14, (rem / 60) % 60);
+    out[16] = b':';
+    two(&mut out, 17, rem % 60);
+    out[19] = b'Z';
+    out.iter().map(|&b| b as char).collect()
 }
 
 /// RFC 3339 time with microseconds, as Kubernetes writes metav1.MicroTime.
@@ -144,6 +208,83 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn at_finds_what_pointer_finds() {
+        let v = serde_json::json!({
+            "spec": {"containers": [{"name": "a", "resources": {"requests": {"cpu": "1"}}},
+                                    {"name": "b"}]},
+            "": {"": 1, "x": 2},
+            "a/b": {"c~d": 3},
+            "list": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11],
+            "n": null,
+        });
+        for p in [
+            "",
+            "/",
+            "//",
+            "/spec",
+            "/spec/containers",
+            "/spec/containers/0/name",
+            "/spec/containers/1/name",
+            "/spec/containers/2",
+            "/spec/containers/01",
+            "/spec/containers/+1",
+            "/spec/containers/-",
+            "/spec/containers/ 1",
+            "/spec/containers/0/resources/requests/cpu",
+            "/spec/missing/deeper",
+            "spec",
+            "/a~1b/c~0d",
+            "/a~1b",
+            "/a/b",
+            "/list/10",
+            "/list/11",
+            "/list/12",
+            "/list/1/x",
+            "/n",
+            "/n/x",
+            "//x",
+            "/spec/",
+            "/spec/containers/0/",
+            "/spec/containers/18446744073709551616",
+        ] {
+            assert_eq!(v.at(p), v.pointer(p), "{p:?}");
+        }
+    }
+
+    #[test]
+    fn times_format_as_rfc3339_seconds() {
+        use std::time::{Duration, UNIX_EPOCH};
+        for secs in [
+            0u64,
+            59,
+            86_399,
+            86_400,
+            951_782_400,
+            951_868_799,
+            1_709_164_800,
+            2_147_483_647,
+            4_102_444_800,
+            253_402_300_799,
+        ] {
+            let t = UNIX_EPOCH + Duration::from_secs(secs);
+            let days = (secs / 86_400) as i64;
+            let rem = (secs % 86_400) as i64;
+            let (y, m, d) = civil_from_days(days);
+            let want = format!(
+                "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+                rem / 3600,
+                (rem / 60) % 60,
+                rem % 60
+            );
+            assert_eq!(format_time(t), want);
+        }
+        assert_eq!(
+            format_time(UNIX_EPOCH + Duration::from_secs(951_825_600)),
+            "2000-02-29T12:00:00Z"
+        );
+    }
     use serde_json::json;
     use std::time::{Duration, UNIX_EPOCH};
 

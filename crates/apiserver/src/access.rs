@@ -21,6 +21,7 @@ use crate::registry::WriteOptions;
 use crate::request::RequestInfo;
 use crate::watch_cache::EventType;
 use crate::ApiServer;
+use capstan_api::meta::At as _;
 
 const RBAC_RESOURCES: [&str; 4] = [
     "clusterroles",
@@ -194,7 +195,7 @@ async fn ensure_default_policy(server: &ApiServer) {
             let result = reg
                 .update_with(&ns, &name, "", &opts, |old| {
                     let autoupdate = old
-                        .pointer("/metadata/annotations")
+                        .at("/metadata/annotations")
                         .and_then(|a| a.get(bootstrap::AUTOUPDATE_ANNOTATION))
                         .and_then(Value::as_str)
                         != Some("false");

@@ -117,6 +117,9 @@ pub struct Call<'a> {
     pub user: &'a Arc<crate::auth::User>,
     pub body: Bytes,
     pub output: Output,
+    /// Watch events leave out `metadata.managedFields` (an in-process client that never
+    /// reads them asked; see [`crate::inprocess::InProcess::trimming_managed_fields`]).
+    pub trim_managed_fields: bool,
 }
 
 impl Call<'_> {
@@ -584,11 +587,12 @@ pub async fn watch(reg: Arc<Registry>, call: &Call<'_>) -> ApiResult<Response<Bo
         Err(e) => return Err(e),
     };
     let output = call.output;
+    let trim = call.trim_managed_fields;
     let info = reg.info;
     let revisions = reg.cache.revisions();
     let frame = {
         let reg = reg.clone();
-        move |item: &WatchItem, out: &mut BytesMut| frame(&reg, item, output, out)
+        move |item: &WatchItem, out: &mut BytesMut| frame(&reg, item, output, trim, out)
     };
     let initial = std::mem::take(&mut sub.initial).into();
     let mut state = WatchStream::new(sub, initial, revisions, from.unwrap_or(0), timeout);
@@ -720,9 +724,13 @@ impl WatchStream {
 /// per object and version, shared by every watcher), or a Table or metadata made from the
 /// stored form. Appended to `out`, so that the shared frame is copied without taking a
 /// reference on it (its count is touched by every watcher on every core).
-fn frame(reg: &Registry, item: &WatchItem, output: Output, out: &mut BytesMut) {
+fn frame(reg: &Registry, item: &WatchItem, output: Output, trim: bool, out: &mut BytesMut) {
     let bytes = match output {
-        Output::Json => return item.event.write_frame(reg.view(), item.kind, out),
+        Output::Json => {
+            return item
+                .event
+                .write_frame_trimmed(reg.view(), item.kind, trim, out)
+        }
         Output::Table(include) => {
             let v: Value = item.event.obj.value().unwrap_or(Value::Null);
             let t = table_of(

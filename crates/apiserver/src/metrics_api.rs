@@ -27,6 +27,7 @@ use crate::kubelet_proxy::{send, target_of};
 use crate::request::{Query, RequestInfo};
 use crate::tables::IncludeObject;
 use crate::ApiServer;
+use capstan_api::meta::At as _;
 
 pub const GROUP: &str = "metrics.k8s.io";
 pub const VERSION: &str = "v1beta1";
@@ -392,7 +393,7 @@ fn metadata(obj: &Value, now: SystemTime, namespaced: bool) -> Value {
         json!(capstan_api::meta::format_time(now)),
     );
     if let Some(l) = obj
-        .pointer("/metadata/labels")
+        .at("/metadata/labels")
         .filter(|l| l.as_object().is_some_and(|o| !o.is_empty()))
     {
         m.insert("labels".into(), l.clone());
@@ -442,7 +443,7 @@ fn node_items(
 fn container_names(pod: &Value) -> Vec<String> {
     ["initContainers", "containers"]
         .iter()
-        .filter_map(|k| pod.pointer(&format!("/spec/{k}")).and_then(Value::as_array))
+        .filter_map(|k| pod.at(&format!("/spec/{k}")).and_then(Value::as_array))
         .flatten()
         .filter_map(|c| c.get("name").and_then(Value::as_str))
         .map(str::to_string)
@@ -474,7 +475,7 @@ fn pod_items(
     });
     Ok(pods
         .iter()
-        .filter(|p| p.pointer("/status/phase").and_then(Value::as_str) == Some("Running"))
+        .filter(|p| p.at("/status/phase").and_then(Value::as_str) == Some("Running"))
         .filter_map(|p| {
             let (mut containers, t) = points.pod(meta_str(p, "namespace"), meta_str(p, "name"))?;
             // In the pod's order (init/sidecar containers first), then by name.
@@ -519,7 +520,7 @@ fn table(resource: &ResourceInfo, items: &[Value], include: IncludeObject) -> Va
                 let sum = |k: &str, parse: fn(&str) -> Option<u64>| -> u64 {
                     cs.into_iter()
                         .flatten()
-                        .filter_map(|c| c.pointer(&format!("/usage/{k}"))?.as_str())
+                        .filter_map(|c| c.at(&format!("/usage/{k}"))?.as_str())
                         .filter_map(parse)
                         .sum()
                 };
@@ -529,7 +530,7 @@ fn table(resource: &ResourceInfo, items: &[Value], include: IncludeObject) -> Va
                 )
             } else {
                 let s = |k: &str| {
-                    item.pointer(&format!("/usage/{k}"))
+                    item.at(&format!("/usage/{k}"))
                         .and_then(Value::as_str)
                         .unwrap_or("")
                         .to_string()
@@ -553,7 +554,7 @@ fn table(resource: &ResourceInfo, items: &[Value], include: IncludeObject) -> Va
                 }
             };
             json!({
-                "cells": [item.pointer("/metadata/name").cloned().unwrap_or(Value::Null), cpu, memory, item.get("window").cloned().unwrap_or(Value::Null)],
+                "cells": [item.at("/metadata/name").cloned().unwrap_or(Value::Null), cpu, memory, item.get("window").cloned().unwrap_or(Value::Null)],
                 "object": object,
             })
         })
@@ -622,7 +623,7 @@ impl MetricsApi {
 }
 
 fn node_ready(node: &Value) -> bool {
-    node.pointer("/status/conditions")
+    node.at("/status/conditions")
         .and_then(Value::as_array)
         .is_some_and(|cs| {
             cs.iter().any(|c| {

@@ -14,6 +14,7 @@ use crate::filter::Filter;
 use crate::registry::WriteOptions;
 use crate::watch_cache::EventType;
 use crate::ApiServer;
+use capstan_api::meta::At as _;
 
 /// The ConfigMap every namespace gets, with the CA under `ca.crt`.
 pub const ROOT_CA_CONFIGMAP: &str = "kube-root-ca.crt";
@@ -80,7 +81,7 @@ async fn furnish(weak: &Weak<ApiServer>, ns: &str, ca_pem: &str) -> Option<()> {
         .value()
         .map(|v| {
             capstan_api::meta::deletion_timestamp(&v).is_some()
-                || v.pointer("/status/phase").and_then(Value::as_str) == Some("Terminating")
+                || v.at("/status/phase").and_then(Value::as_str) == Some("Terminating")
         })
         .unwrap_or(false);
     if terminating {

@@ -26,6 +26,7 @@ use crate::admission::noderestriction::node_identity;
 use crate::auth::{Authorizer, Decision, User};
 use crate::objects::Objects;
 use crate::request::RequestInfo;
+use capstan_api::meta::At as _;
 
 const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
 
@@ -282,7 +283,7 @@ fn claim_names(pod: &Value) -> Vec<String> {
         .iter()
         .filter_map(|v| {
             if let Some(c) = v
-                .pointer("/persistentVolumeClaim/claimName")
+                .at("/persistentVolumeClaim/claimName")
                 .and_then(Value::as_str)
             {
                 Some(c.to_string())
@@ -329,7 +330,7 @@ fn volume_secrets(pv: &Value) -> Vec<(String, String)> {
             out.push((ns.to_string(), name.to_string()));
         }
     };
-    if let Some(af) = pv.pointer("/spec/azureFile") {
+    if let Some(af) = pv.at("/spec/azureFile") {
         let ns = str_at(af, "/secretNamespace");
         push(
             if ns.is_empty() { claim_ns } else { ns },
@@ -337,7 +338,7 @@ fn volume_secrets(pv: &Value) -> Vec<(String, String)> {
         );
     }
     for src in ["cephfs", "flexVolume", "rbd", "scaleIO", "iscsi"] {
-        if let Some(r) = pv.pointer(&format!("/spec/{src}/secretRef")) {
+        if let Some(r) = pv.at(&format!("/spec/{src}/secretRef")) {
             let ns = str_at(r, "/namespace");
             push(
                 if ns.is_empty() { claim_ns } else { ns },
@@ -346,7 +347,7 @@ fn volume_secrets(pv: &Value) -> Vec<(String, String)> {
         }
     }
     for src in ["cinder", "storageos"] {
-        if let Some(r) = pv.pointer(&format!("/spec/{src}/secretRef")) {
+        if let Some(r) = pv.at(&format!("/spec/{src}/secretRef")) {
             push(str_at(r, "/namespace"), str_at(r, "/name"));
         }
     }
@@ -355,7 +356,7 @@ fn volume_secrets(pv: &Value) -> Vec<(String, String)> {
         "nodeStageSecretRef",
         "nodeExpandSecretRef",
     ] {
-        if let Some(r) = pv.pointer(&format!("/spec/csi/{field}")) {
+        if let Some(r) = pv.at(&format!("/spec/csi/{field}")) {
             push(str_at(r, "/namespace"), str_at(r, "/name"));
         }
     }

@@ -5,6 +5,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use crate::error::ApiResult;
+use capstan_api::meta::At as _;
 
 /// A change to one object, computed from its current form. `None` leaves it as it is.
 pub type Change<'a> = &'a (dyn Fn(&Value) -> ApiResult<Option<Value>> + Send + Sync);
@@ -107,7 +108,7 @@ impl Objects for MemoryObjects {
     fn pods_on_node(&self, node: &str) -> Vec<Value> {
         self.list("", "pods", "")
             .into_iter()
-            .filter(|p| p.pointer("/spec/nodeName").and_then(Value::as_str) == Some(node))
+            .filter(|p| p.at("/spec/nodeName").and_then(Value::as_str) == Some(node))
             .collect()
     }
 

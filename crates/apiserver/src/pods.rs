@@ -11,6 +11,7 @@ use crate::error::{ApiError, ApiResult, FieldError};
 use crate::handlers::{value_response, Body, Call};
 use crate::registry::{DeleteOptions, Registry, WriteOptions};
 use crate::ApiServer;
+use capstan_api::meta::At as _;
 
 fn body_object(call: &Call) -> ApiResult<Value> {
     let ct = call
@@ -52,11 +53,11 @@ pub async fn bind(pods: &Registry, call: &Call<'_>) -> ApiResult<http::Response<
         )));
     }
     let target = binding
-        .pointer("/target/name")
+        .at("/target/name")
         .and_then(Value::as_str)
         .unwrap_or("");
     let target_kind = binding
-        .pointer("/target/kind")
+        .at("/target/kind")
         .and_then(Value::as_str)
         .unwrap_or("");
     if target.is_empty() || !(target_kind.is_empty() || target_kind == "Node") {
@@ -75,9 +76,11 @@ pub async fn bind(pods: &Registry, call: &Call<'_>) -> ApiResult<http::Response<
     let ns = call.info.namespace.clone();
     // A binding without annotations is made in the stored JSON itself; anything unusual
     // (annotations to copy, a pod already bound or being deleted) takes the general path.
-    if binding.pointer("/metadata/annotations").is_none()
+    if binding.at("/metadata/annotations").is_none()
         && pods
-            .update_stored(&ns, &name, |stored| bind_stored(stored, target))
+            .update_stored(&ns, &name, &[("spec.nodeName", target)], |stored| {
+                bind_stored(stored, target)
+            })
             .await?
             .is_some()
     {
@@ -92,7 +95,7 @@ pub async fn bind(pods: &Registry, call: &Call<'_>) -> ApiResult<http::Response<
             ));
         }
         if let Some(node) = pod
-            .pointer("/spec/nodeName")
+            .at("/spec/nodeName")
             .and_then(Value::as_str)
             .filter(|n| !n.is_empty())
         {
@@ -106,7 +109,7 @@ pub async fn bind(pods: &Registry, call: &Call<'_>) -> ApiResult<http::Response<
         set_condition(pod, "PodScheduled", "True");
         // Annotations on the Binding are copied to the pod, as Kubernetes does.
         if let Some(annotations) = binding
-            .pointer("/metadata/annotations")
+            .at("/metadata/annotations")
             .and_then(Value::as_object)
         {
             let md = meta::metadata_mut(pod);
@@ -240,7 +243,7 @@ pub async fn evict(
         .registry("policy", "v1", "poddisruptionbudgets")
         .ok_or_else(|| ApiError::internal("no PodDisruptionBudget registry"))?;
     let finished = matches!(
-        pod.pointer("/status/phase").and_then(Value::as_str),
+        pod.at("/status/phase").and_then(Value::as_str),
         Some("Succeeded") | Some("Failed")
     );
     if !finished && meta::deletion_timestamp(&pod).is_none() {
@@ -251,10 +254,7 @@ pub async fn evict(
         for item in &page.items {
             let pdb: Value =
                 serde_json::from_slice(item).map_err(|e| ApiError::internal(e.to_string()))?;
-            let sel = pdb
-                .pointer("/spec/selector")
-                .cloned()
-                .unwrap_or(Value::Null);
+            let sel = pdb.at("/spec/selector").cloned().unwrap_or(Value::Null);
             let selector = capstan_api::selector::LabelSelector::from_json(&sel)
                 .map_err(|e| ApiError::internal(e.to_string()))?;
             if !selector.is_nothing() && !selector.is_empty() && selector.matches(&labels) {
@@ -274,11 +274,11 @@ pub async fn evict(
     if let Some(d) = eviction.get("deleteOptions") {
         opts.grace_period = d.get("gracePeriodSeconds").and_then(Value::as_i64);
         opts.precondition_uid = d
-            .pointer("/preconditions/uid")
+            .at("/preconditions/uid")
             .and_then(Value::as_str)
             .map(str::to_string);
         opts.precondition_rv = d
-            .pointer("/preconditions/resourceVersion")
+            .at("/preconditions/resourceVersion")
             .and_then(Value::as_str)
             .map(str::to_string);
     }
@@ -298,20 +298,20 @@ async fn charge_budget(pdbs: &Registry, pdb: &Value, pod: &str) -> ApiResult<()>
             json!({"causes": [{"reason": "DisruptionBudget", "message": format!(
             "The disruption budget {} needs {} healthy pods and has {} currently",
             meta::name(pdb),
-            pdb.pointer("/status/desiredHealthy").and_then(Value::as_i64).unwrap_or(0),
-            pdb.pointer("/status/currentHealthy").and_then(Value::as_i64).unwrap_or(0))}]}),
+            pdb.at("/status/desiredHealthy").and_then(Value::as_i64).unwrap_or(0),
+            pdb.at("/status/currentHealthy").and_then(Value::as_i64).unwrap_or(0))}]}),
         );
         e
     };
     let observed = pdb
-        .pointer("/status/observedGeneration")
+        .at("/status/observedGeneration")
         .and_then(Value::as_i64)
         .unwrap_or(0);
     if observed < meta::generation(pdb) {
         return Err(too_many());
     }
     if pdb
-        .pointer("/status/disruptionsAllowed")
+        .at("/status/disruptionsAllowed")
         .and_then(Value::as_i64)
         .unwrap_or(0)
         <= 0
@@ -326,7 +326,7 @@ async fn charge_budget(pdbs: &Registry, pdb: &Value, pod: &str) -> ApiResult<()>
         &WriteOptions::default(),
         |old| {
             let allowed = old
-                .pointer("/status/disruptionsAllowed")
+                .at("/status/disruptionsAllowed")
                 .and_then(Value::as_i64)
                 .unwrap_or(0);
             if allowed <= 0 {

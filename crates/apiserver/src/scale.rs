@@ -8,10 +8,11 @@ use crate::error::{ApiError, ApiResult, FieldError};
 use crate::handlers::{value_response, Body, Call};
 use crate::patch::PatchType;
 use crate::registry::{Registry, WriteOptions};
+use capstan_api::meta::At as _;
 
 /// The label selector of a workload, as the Scale's `status.selector` string.
 fn selector_string(obj: &Value) -> String {
-    let sel = obj.pointer("/spec/selector");
+    let sel = obj.at("/spec/selector");
     let mut parts = Vec::new();
     match sel {
         // ReplicationControllers have a plain map selector.
@@ -101,9 +102,9 @@ pub fn to_scale(reg: &Registry, obj: &Value) -> ApiResult<Value> {
         "kind": "Scale",
         "apiVersion": "autoscaling/v1",
         "metadata": smd,
-        "spec": {"replicas": obj.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1)},
+        "spec": {"replicas": obj.at("/spec/replicas").and_then(Value::as_i64).unwrap_or(1)},
         "status": {
-            "replicas": obj.pointer("/status/replicas").and_then(Value::as_i64).unwrap_or(0),
+            "replicas": obj.at("/status/replicas").and_then(Value::as_i64).unwrap_or(0),
             "selector": selector_string(obj),
         },
     }))
@@ -125,15 +126,11 @@ fn custom_scale(obj: &Value, paths: &ScalePaths) -> Value {
             smd[f] = v.clone();
         }
     }
-    let int = |p: &str| {
-        obj.pointer(&pointer(p))
-            .and_then(Value::as_i64)
-            .unwrap_or(0)
-    };
+    let int = |p: &str| obj.at(&pointer(p)).and_then(Value::as_i64).unwrap_or(0);
     let selector = paths
         .label_selector
         .as_deref()
-        .and_then(|p| obj.pointer(&pointer(p)))
+        .and_then(|p| obj.at(&pointer(p)))
         .and_then(Value::as_str)
         .unwrap_or("");
     json!({
@@ -165,7 +162,7 @@ fn set_path(obj: &mut Value, path: &str, value: Value) {
 }
 
 fn replicas_of(scale: &Value, info: &ResourceInfo, name: &str) -> ApiResult<i64> {
-    let r = scale.pointer("/spec/replicas").cloned().unwrap_or(json!(0));
+    let r = scale.at("/spec/replicas").cloned().unwrap_or(json!(0));
     match r.as_i64() {
         Some(n) if n >= 0 => Ok(n),
         Some(_) => Err(ApiError::invalid(

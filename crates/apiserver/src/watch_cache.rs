@@ -136,6 +136,30 @@ impl CachedObject {
         }
     }
 
+    /// The object after a write that changed only the selectable fields in `changes` (none of
+    /// its labels, name or namespace): what the cache indexes is copied, not parsed again.
+    fn changed(&self, body: Bytes, changes: &[(&str, &str)]) -> Self {
+        let fields = self
+            .fields
+            .iter()
+            .map(|(f, v)| match changes.iter().find(|(c, _)| c == f) {
+                Some((_, new)) => (*f, Box::from(*new)),
+                None => (*f, v.clone()),
+            })
+            .collect();
+        CachedObject {
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            labels: self.labels.clone(),
+            fields,
+            stored_form: codec::is_stored_form(&body),
+            body,
+            rev: 0,
+            views: self.views.iter().map(|_| OnceLock::new()).collect(),
+            parsed: OnceLock::new(),
+        }
+    }
+
     /// The same object as last seen at a later revision (a delete's): the revision is the only
     /// change.
     fn at_revision(&self, rev: i64) -> Self {
@@ -288,11 +312,31 @@ impl CacheEvent {
     /// of every object in the window and in the watchers' queues (18 % of the heap at the peak
     /// of the density test's rollout).
     pub fn write_frame(&self, view: Option<View>, as_type: EventType, out: &mut bytes::BytesMut) {
+        self.write_frame_trimmed(view, as_type, false, out)
+    }
+
+    /// [`CacheEvent::write_frame`], the object without its `metadata.managedFields` when
+    /// `without_managed_fields`.
+    pub fn write_frame_trimmed(
+        &self,
+        view: Option<View>,
+        as_type: EventType,
+        without_managed_fields: bool,
+        out: &mut bytes::BytesMut,
+    ) {
         out.reserve(self.obj.json_len() + 32);
         out.extend_from_slice(b"{\"type\":\"");
         out.extend_from_slice(as_type.as_str().as_bytes());
         out.extend_from_slice(b"\",\"object\":");
+        let start = out.len();
         self.obj.write_wire(view, out);
+        if without_managed_fields {
+            if let Some(cut) = crate::rawjson::managed_fields_cut(&out[start..]) {
+                let end = out.len();
+                out.copy_within(start + cut.end..end, start + cut.start);
+                out.truncate(end - cut.len());
+            }
+        }
         out.extend_from_slice(b"}\n");
     }
 }
@@ -581,6 +625,25 @@ impl WatchCache {
         let mut prepared = self.prepared.lock();
         if prepared.len() >= MAX_PREPARED {
             // Offers of writes whose events never came (the cache relisted meanwhile).
+            prepared.clear();
+        }
+        prepared.insert(key.to_string(), obj);
+    }
+
+    /// [`WatchCache::prepare`] for a write made to the stored bytes of the object under `key`
+    /// at revision `from` that changes only the selectable fields in `changes` (a binding sets
+    /// `spec.nodeName`): the cached object is copied with those fields changed instead of
+    /// parsing `stored`. Nothing is offered when the cache does not hold that revision.
+    pub fn prepare_changed(&self, key: &str, from: i64, stored: &Bytes, changes: &[(&str, &str)]) {
+        let obj = {
+            let inner = self.inner.read();
+            match inner.objects.get(key) {
+                Some(old) if old.rev == from => old.changed(stored.clone(), changes),
+                _ => return,
+            }
+        };
+        let mut prepared = self.prepared.lock();
+        if prepared.len() >= MAX_PREPARED {
             prepared.clear();
         }
         prepared.insert(key.to_string(), obj);
@@ -876,6 +939,60 @@ mod tests {
         c.prepare(key, &v2, &s2);
         c.withdraw(key, &s2);
         assert!(c.prepared.lock().is_empty());
+    }
+
+    #[test]
+    fn a_write_of_known_field_changes_copies_the_cached_entry() {
+        let info = capstan_api::catalogue::find("", "v1", "pods").unwrap();
+        let c = WatchCache::new(info, "/registry/pods/".into());
+        let key = "/registry/pods/default/p";
+        let pod = |node: Option<&str>| {
+            let mut v = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "p", "namespace": "default", "labels": {"app": "web", "b": "2"}},
+                "spec": {"schedulerName": "default-scheduler", "restartPolicy": "Always",
+                         "containers": [{"name": "c", "image": "i"}]},
+                "status": {"phase": "Pending"}});
+            if let Some(n) = node {
+                v["spec"]["nodeName"] = n.into();
+            }
+            crate::codec::encode_for_store(&v)
+        };
+        let at = |value: Bytes, rev: i64| WatchResponse {
+            events: vec![Event {
+                kind: EventKind::Put,
+                kv: KeyValue {
+                    key: Bytes::from(key),
+                    value,
+                    create_revision: 3,
+                    mod_revision: rev,
+                    version: 1,
+                    lease: 0,
+                },
+                prev: None,
+            }],
+            revision: rev,
+        };
+        c.apply(at(pod(None), 3));
+        // Not the revision the cache holds: nothing is offered.
+        let bound = pod(Some("n1"));
+        c.prepare_changed(key, 2, &bound, &[("spec.nodeName", "n1")]);
+        assert!(c.prepared.lock().is_empty());
+        c.prepare_changed(key, 3, &bound, &[("spec.nodeName", "n1")]);
+        assert_eq!(c.prepared.lock().len(), 1);
+        c.apply(at(bound.clone(), 4));
+        assert!(c.prepared.lock().is_empty(), "the offer was taken");
+        let got = c.get("default", "p").unwrap();
+        assert_eq!(got.body.as_ptr(), bound.as_ptr());
+        // Exactly what parsing the new bytes gives.
+        let parsed = CachedObject::new(info, &bound, 4).unwrap();
+        assert_eq!(got.fields, parsed.fields);
+        assert_eq!(got.labels, parsed.labels);
+        assert_eq!((got.field("spec.nodeName"), got.rev), (Some("n1"), 4));
+        assert_eq!(got.field("status.phase"), Some("Pending"));
+        let mut f = Filter::new(info, "", "", "spec.nodeName=n1").unwrap();
+        assert_eq!(c.list(&f).0.len(), 1);
+        f = Filter::new(info, "", "", "spec.nodeName=").unwrap();
+        assert!(c.list(&f).0.is_empty());
     }
 
     #[test]

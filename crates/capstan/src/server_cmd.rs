@@ -316,6 +316,7 @@ pub(crate) async fn start(
         let client = in_process
             .clone()
             .with_user_agent("kube-scheduler")
+            .trimming_managed_fields()
             .client_as("system:kube-scheduler", &[]);
         tokio::spawn(async move {
             let cfg = capstan_scheduler::config::default_config();

@@ -324,19 +324,7 @@ pub(crate) fn parse_time(s: &str) -> Option<i64> {
 
 /// An RFC 3339 time as Kubernetes writes `metav1.Time`: whole seconds, UTC, `Z`.
 pub(crate) fn normalize_time(s: &str) -> Option<String> {
-    parse_time(s).map(format_time)
-}
-
-fn format_time(secs: i64) -> String {
-    let days = secs.div_euclid(86400);
-    let rem = secs.rem_euclid(86400);
-    let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    parse_time(s).map(crate::meta::format_unix_seconds)
 }
 
 /// Days since 1970-01-01 of a proleptic Gregorian date.
@@ -348,19 +336,6 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     let doy = (153 * mp + 2) / 5 + d - 1;
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
     era * 146097 + doe - 719468
-}
-
-fn civil_from_days(z: i64) -> (i64, i64, i64) {
-    let z = z + 719468;
-    let era = z.div_euclid(146097);
-    let doe = z - era * 146097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + if m <= 2 { 1 } else { 0 };
-    (y, m, d)
 }
 
 #[cfg(test)]

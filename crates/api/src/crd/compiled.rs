@@ -16,6 +16,7 @@ use super::jsonpath::{print_value, JsonPath};
 use super::objectmeta;
 use super::value::{Mode, Patterns, Validator};
 use crate::field::FieldError;
+use crate::meta::At as _;
 use crate::schema::{ref_name, SchemaId, SchemaRef, Schemas, OBJECT_META};
 use crate::table::duration::{human_duration, parse_rfc3339, system_nanos, timestamp};
 use crate::validation::{meta, names};
@@ -193,11 +194,11 @@ impl CompiledVersion {
         })?;
         let names_of = |k: &str| {
             let accepted = crd
-                .pointer(&format!("/status/acceptedNames/{k}"))
+                .at(&format!("/status/acceptedNames/{k}"))
                 .and_then(Value::as_str)
                 .unwrap_or("");
             if accepted.is_empty() {
-                spec.pointer(&format!("/names/{k}"))
+                spec.at(&format!("/names/{k}"))
                     .and_then(Value::as_str)
                     .unwrap_or("")
                     .to_string()
@@ -205,9 +206,7 @@ impl CompiledVersion {
                 accepted.to_string()
             }
         };
-        let schema = v
-            .pointer("/schema/openAPIV3Schema")
-            .filter(|s| !s.is_null());
+        let schema = v.at("/schema/openAPIV3Schema").filter(|s| !s.is_null());
         let mut defs = object_meta_definitions();
         if let Some(s) = schema {
             defs.insert(ROOT.into(), s.clone());

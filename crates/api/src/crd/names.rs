@@ -6,6 +6,7 @@ use serde_json::{Map, Value};
 
 use super::json::{varr, vtext};
 use crate::field::go_quote;
+use crate::meta::At as _;
 
 /// A CRD status condition as the naming controller computes it (`lastTransitionTime` is the
 /// caller's to set).
@@ -80,22 +81,19 @@ fn fresh(requested: &str, accepted: &str, used: &[String]) -> Result<(), String>
 /// lister, it may include `crd` itself: its own accepted names then count as in use, which
 /// only matters when it asks to trade one accepted name for another).
 pub fn accepted_names(crd: &Value, others: &[Value]) -> NamesOutcome {
-    let group = crd
-        .pointer("/spec/group")
-        .and_then(Value::as_str)
-        .unwrap_or("");
+    let group = crd.at("/spec/group").and_then(Value::as_str).unwrap_or("");
     let mut resources: Vec<String> = Vec::new();
     let mut kinds: Vec<String> = Vec::new();
     for other in others {
         if other
-            .pointer("/spec/group")
+            .at("/spec/group")
             .and_then(Value::as_str)
             .unwrap_or("")
             != group
         {
             continue;
         }
-        let an = other.pointer("/status/acceptedNames");
+        let an = other.at("/status/acceptedNames");
         let s = |k: &str| {
             an.and_then(|a| a.get(k))
                 .and_then(Value::as_str)
@@ -109,8 +107,8 @@ pub fn accepted_names(crd: &Value, others: &[Value]) -> NamesOutcome {
         kinds.push(s("listKind"));
     }
     let empty = Value::Object(Map::new());
-    let requested = crd.pointer("/spec/names").unwrap_or(&empty);
-    let accepted = crd.pointer("/status/acceptedNames").unwrap_or(&empty);
+    let requested = crd.at("/spec/names").unwrap_or(&empty);
+    let accepted = crd.at("/status/acceptedNames").unwrap_or(&empty);
     let mut new_names = accepted.as_object().cloned().unwrap_or_default();
     let mut conflict: Option<(&str, String)> = None;
 

@@ -16,6 +16,7 @@ use super::json::{arr, flag, obj, present, semantic_eq, text, varr, vtext};
 use super::schema_check::{self, SchemaOpts};
 use super::structural;
 use crate::field::{go_quote, FieldError};
+use crate::meta::At as _;
 use crate::validation::admissionregistration::webhook::{parse_url, webhook_service, webhook_url};
 use crate::validation::{child, idx, key, meta, names};
 
@@ -294,7 +295,7 @@ fn allow_invalid_ca_bundle(old: &Value, established: bool) -> bool {
         return true;
     }
     let bundle = old
-        .pointer("/spec/conversion/webhook/clientConfig/caBundle")
+        .at("/spec/conversion/webhook/clientConfig/caBundle")
         .and_then(Value::as_str)
         .unwrap_or("");
     !bundle.is_empty() && ca_bundle_error(bundle).is_some()
@@ -802,7 +803,7 @@ enum Approval {
 
 fn approval_state(crd: &Value) -> (Approval, String, String) {
     let annotation = crd
-        .pointer("/metadata/annotations")
+        .at("/metadata/annotations")
         .and_then(|a| a.get(API_APPROVED_ANNOTATION))
         .and_then(Value::as_str)
         .unwrap_or("")
@@ -830,10 +831,7 @@ fn approval_state(crd: &Value) -> (Approval, String, String) {
 }
 
 fn api_approval(errs: &mut Vec<FieldError>, crd: &Value, old: Option<&Value>) {
-    let group = crd
-        .pointer("/spec/group")
-        .and_then(Value::as_str)
-        .unwrap_or("");
+    let group = crd.at("/spec/group").and_then(Value::as_str).unwrap_or("");
     if !is_protected_group(group) {
         return;
     }
@@ -850,11 +848,8 @@ fn api_approval(errs: &mut Vec<FieldError>, crd: &Value, old: Option<&Value>) {
 }
 
 fn preserve_unknown_fields(errs: &mut Vec<FieldError>, crd: &Value, old: Option<&Value>) {
-    let preserve = |o: &Value| {
-        o.pointer("/spec/preserveUnknownFields")
-            .and_then(Value::as_bool)
-            == Some(true)
-    };
+    let preserve =
+        |o: &Value| o.at("/spec/preserveUnknownFields").and_then(Value::as_bool) == Some(true);
     if old.is_some_and(preserve) {
         return;
     }

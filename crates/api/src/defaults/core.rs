@@ -3,6 +3,7 @@
 use serde_json::{json, Map, Value};
 
 use super::{ensure_obj, normalize_resource_list, pod, set_default, zero_status};
+use crate::meta::At as _;
 
 pub fn apply(kind: &str, m: &mut Map<String, Value>) {
     match kind {
@@ -298,7 +299,7 @@ fn service(m: &mut Map<String, Value>) {
         Some("ClientIP") => {
             let timeout = spec
                 .get("sessionAffinityConfig")
-                .and_then(|c| c.pointer("/clientIP/timeoutSeconds"));
+                .and_then(|c| c.at("/clientIP/timeoutSeconds"));
             if timeout.is_none_or(Value::is_null) {
                 spec.insert(
                     "sessionAffinityConfig".into(),

@@ -3,6 +3,7 @@
 use serde_json::{json, Map, Value};
 
 use super::{core, ensure_obj, pod, set_default, zero_status};
+use crate::meta::At as _;
 
 pub fn apply(kind: &str, m: &mut Map<String, Value>) {
     match kind {
@@ -131,7 +132,7 @@ fn pod_failure_policy(spec: &mut Map<String, Value>) {
 fn job(m: &mut Map<String, Value>) {
     let template_labels = m
         .get("spec")
-        .and_then(|s| s.pointer("/template/metadata/labels"))
+        .and_then(|s| s.at("/template/metadata/labels"))
         .filter(|l| !l.is_null())
         .cloned();
     let spec = ensure_obj(m, "spec");
@@ -173,12 +174,12 @@ fn job(m: &mut Map<String, Value>) {
 /// with the Job's uid and name and select on the uid.
 pub fn generate_job_selector(obj: &mut Value) {
     let uid = obj
-        .pointer("/metadata/uid")
+        .at("/metadata/uid")
         .and_then(Value::as_str)
         .unwrap_or("")
         .to_string();
     let name = obj
-        .pointer("/metadata/name")
+        .at("/metadata/name")
         .and_then(Value::as_str)
         .unwrap_or("")
         .to_string();
@@ -228,12 +229,12 @@ pub fn carry_job_selector(new: &mut Value, old: &Value) {
         return;
     }
     if spec.get("selector").is_none_or(Value::is_null) {
-        if let Some(sel) = old.pointer("/spec/selector") {
+        if let Some(sel) = old.at("/spec/selector") {
             spec.insert("selector".into(), sel.clone());
         }
     }
     if let Some(old_labels) = old
-        .pointer("/spec/template/metadata/labels")
+        .at("/spec/template/metadata/labels")
         .and_then(Value::as_object)
     {
         let labels = ensure_obj(
@@ -260,7 +261,7 @@ pub const TEMPLATE_GENERATION: &str = "deprecated.daemonset.template.generation"
 /// The template generation a DaemonSet carries: 0 when the annotation is missing (or does not
 /// parse as an integer; Kubernetes would refuse to decode such a body).
 fn template_generation(ds: &Value) -> i64 {
-    ds.pointer("/metadata/annotations")
+    ds.at("/metadata/annotations")
         .and_then(|a| a.get(TEMPLATE_GENERATION))
         .and_then(Value::as_str)
         .and_then(|v| v.parse().ok())
@@ -290,7 +291,7 @@ pub fn daemon_set_generation_on_update(new: &mut Value, old: &Value) {
     if let Some(m) = defaulted.as_object_mut() {
         apply("DaemonSet", m);
     }
-    let changed = defaulted.pointer("/spec/template") != old.pointer("/spec/template");
+    let changed = defaulted.at("/spec/template") != old.at("/spec/template");
     let generation = template_generation(old).saturating_add(i64::from(changed));
     set_template_generation(new, generation);
 }
@@ -298,7 +299,7 @@ pub fn daemon_set_generation_on_update(new: &mut Value, old: &Value) {
 /// The DaemonSet status strategy keeps the spec, and with it the template generation.
 pub fn daemon_set_keep_generation(new: &mut Value, old: &Value) {
     let stored = old
-        .pointer("/metadata/annotations")
+        .at("/metadata/annotations")
         .and_then(|a| a.get(TEMPLATE_GENERATION))
         .cloned();
     let Some(m) = new.as_object_mut() else {

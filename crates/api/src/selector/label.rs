@@ -13,6 +13,7 @@ use super::validation::{
     aggregate, go_quote, label_value_errors, qualified_name_errors, BadValue, FieldError,
 };
 use super::SelectorError;
+use crate::meta::At as _;
 
 /// A requirement's operator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -473,7 +474,7 @@ impl LabelSelector {
 
     /// Whether an object (its `metadata.labels`) satisfies the selector.
     pub fn matches_object(&self, object: &Value) -> bool {
-        match object.pointer("/metadata/labels") {
+        match object.at("/metadata/labels") {
             Some(Value::Object(labels)) => self.matches(labels),
             _ => self.matches_fn(|_| None),
         }

@@ -5,6 +5,7 @@ use serde_json::Value;
 
 use super::{child, get, gofmt, int, jstr, meta, names, nonneg, obj, pod, s, Errs};
 use crate::field::FieldError;
+use crate::meta::At as _;
 
 pub fn validate(errs: &mut Errs, kind: &str, o: &Value) {
     let spec = o.get("spec").unwrap_or(&Value::Null);
@@ -75,7 +76,7 @@ fn unconvertible(errs: &mut Errs, spec: &Value, detail: &str) {
 /// The template's labels must satisfy the selector: never when there is no selector, always
 /// when it is empty.
 fn labels_match(errs: &mut Errs, sel: Sel<'_>, template: &Value) {
-    let labels = template.pointer("/metadata/labels");
+    let labels = template.at("/metadata/labels");
     let matches = match sel {
         Sel::Nothing => false,
         Sel::Of(sel) => meta::selector_matches(sel, labels),
@@ -105,7 +106,7 @@ fn template_for_replica_set(errs: &mut Errs, spec: &Value, sel: Sel<'_>, owner: 
 
 fn always_restart(errs: &mut Errs, t: &Value) {
     let rp = t
-        .pointer("/spec/restartPolicy")
+        .at("/spec/restartPolicy")
         .and_then(Value::as_str)
         .unwrap_or("");
     if rp != "Always" {
@@ -119,7 +120,7 @@ fn always_restart(errs: &mut Errs, t: &Value) {
 
 /// Workload pods run until replaced: `activeDeadlineSeconds in <owner> is not Supported`.
 fn active_deadline_forbidden(errs: &mut Errs, t: &Value, owner: &str) {
-    if t.pointer("/spec/activeDeadlineSeconds")
+    if t.at("/spec/activeDeadlineSeconds")
         .is_some_and(|v| !v.is_null())
     {
         errs.push(FieldError::forbidden(
@@ -426,7 +427,7 @@ pub fn rc_spec(errs: &mut Errs, o: &Value) {
         errs.push(FieldError::required("spec.template", ""));
         return;
     };
-    let labels = t.pointer("/metadata/labels");
+    let labels = t.at("/metadata/labels");
     if let Some(sel) = sel {
         if !meta::map_selector_matches(sel, labels) {
             errs.push(FieldError::invalid_shown(
@@ -438,7 +439,7 @@ pub fn rc_spec(errs: &mut Errs, o: &Value) {
     }
     pod::template_spec(errs, Some(t), "spec.template");
     always_restart(errs, t);
-    if t.pointer("/spec/activeDeadlineSeconds")
+    if t.at("/spec/activeDeadlineSeconds")
         .is_some_and(|v| !v.is_null())
     {
         errs.push(FieldError::forbidden(
@@ -449,7 +450,7 @@ pub fn rc_spec(errs: &mut Errs, o: &Value) {
 }
 
 fn immutable_selector(errs: &mut Errs, new: &Value, old: &Value) {
-    let (n, o) = (new.pointer("/spec/selector"), old.pointer("/spec/selector"));
+    let (n, o) = (new.at("/spec/selector"), old.at("/spec/selector"));
     if !super::same(n, o) {
         errs.push(FieldError::immutable_shown(
             "spec.selector",

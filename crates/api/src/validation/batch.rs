@@ -4,16 +4,14 @@ use serde_json::Value;
 
 use super::{child, cron, get, gofmt, int, jstr, meta, nonneg, pod, s, Errs};
 use crate::field::FieldError;
+use crate::meta::At as _;
 
 pub fn validate(errs: &mut Errs, kind: &str, o: &Value) {
     let spec = o.get("spec").unwrap_or(&Value::Null);
     match kind {
         "Job" => {
             job_spec_with_selector(errs, spec, "spec");
-            let name = o
-                .pointer("/metadata/name")
-                .and_then(Value::as_str)
-                .unwrap_or("");
+            let name = o.at("/metadata/name").and_then(Value::as_str).unwrap_or("");
             if s(spec, "completionMode") == "Indexed" {
                 if let Some(c) = int(spec, "completions").filter(|c| *c > 0) {
                     let host = format!("{name}-{}", c - 1);
@@ -28,10 +26,7 @@ pub fn validate(errs: &mut Errs, kind: &str, o: &Value) {
             }
         }
         "CronJob" => {
-            let name = o
-                .pointer("/metadata/name")
-                .and_then(Value::as_str)
-                .unwrap_or("");
+            let name = o.at("/metadata/name").and_then(Value::as_str).unwrap_or("");
             if name.len() > 52 {
                 errs.push(FieldError::invalid(
                     "metadata.name",
@@ -54,7 +49,7 @@ fn job_spec_with_selector(errs: &mut Errs, spec: &Value, path: &str) {
     match get(spec, "selector") {
         None if manual => {
             errs.push(FieldError::required(child(path, "selector"), ""));
-            let labels = spec.pointer("/template/metadata/labels");
+            let labels = spec.at("/template/metadata/labels");
             errs.push(FieldError::invalid_shown(
                 format!("{path}.template.metadata.labels"),
                 &gofmt::string_map(labels),
@@ -64,7 +59,7 @@ fn job_spec_with_selector(errs: &mut Errs, spec: &Value, path: &str) {
         None => {}
         Some(sel) => {
             meta::label_selector(errs, Some(sel), &child(path, "selector"));
-            let labels = spec.pointer("/template/metadata/labels");
+            let labels = spec.at("/template/metadata/labels");
             if meta::selector_is_convertible(sel) && !meta::selector_matches(sel, labels) {
                 errs.push(FieldError::invalid_shown(
                     format!("{path}.template.metadata.labels"),
@@ -178,7 +173,7 @@ fn job_spec(errs: &mut Errs, spec: &Value, path: &str) {
     let template = spec.get("template");
     pod::template_spec(errs, template, &child(path, "template"));
     let rp = template
-        .and_then(|t| t.pointer("/spec/restartPolicy"))
+        .and_then(|t| t.at("/spec/restartPolicy"))
         .and_then(Value::as_str)
         .unwrap_or("");
     let rpp = format!("{path}.template.spec.restartPolicy");
@@ -290,7 +285,7 @@ pub fn validate_update(errs: &mut Errs, kind: &str, new: &Value, old: &Value) {
         ));
     }
     let mutable_scheduling =
-        super::flag(ns, "suspend") && old.pointer("/status/startTime").is_none_or(Value::is_null);
+        super::flag(ns, "suspend") && old.at("/status/startTime").is_none_or(Value::is_null);
     let strip = |t: Option<&Value>| {
         let mut t = t.cloned().unwrap_or(Value::Null);
         if mutable_scheduling {

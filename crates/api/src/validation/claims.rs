@@ -10,6 +10,7 @@ use super::{
     arr, child, get, gofmt, idx, jstr, key, meta, names, obj, qualified, quantity, s, Errs,
 };
 use crate::field::FieldError;
+use crate::meta::At as _;
 
 const ACCESS_MODES: &[&str] = &[
     "ReadOnlyMany",
@@ -309,7 +310,7 @@ pub fn pvc_spec(errs: &mut Errs, spec: &Value, path: &str) {
     meta::label_selector(errs, get(spec, "selector"), &child(path, "selector"));
     access_modes(errs, modes, &child(path, "accessModes"));
     let sp = key(&child(path, "resources"), "storage");
-    match spec.pointer("/resources/requests/storage") {
+    match spec.at("/resources/requests/storage") {
         None => errs.push(FieldError::required(sp, "")),
         Some(v) => match quantity::parse_value(v) {
             Some(q) if q.nanos <= 0 => errs.push(FieldError::invalid(
@@ -553,7 +554,7 @@ pub fn pvc_update(errs: &mut Errs, new: &Value, old: &Value) {
         old.get("spec").cloned().unwrap_or(Value::Null),
     );
     let (mut n, mut o) = (ns.clone(), os.clone());
-    let bound = new.pointer("/status/phase").and_then(Value::as_str) == Some("Bound");
+    let bound = new.at("/status/phase").and_then(Value::as_str) == Some("Bound");
     if let (Some(nm), Some(om)) = (n.as_object_mut(), o.as_object_mut()) {
         if s(&os, "volumeName").is_empty() {
             match nm.get("volumeName") {
@@ -566,7 +567,7 @@ pub fn pvc_update(errs: &mut Errs, new: &Value, old: &Value) {
             }
         }
         if bound {
-            let old_storage = os.pointer("/resources/requests/storage").cloned();
+            let old_storage = os.at("/resources/requests/storage").cloned();
             if let Some(req) = nm
                 .get_mut("resources")
                 .and_then(|r| r.get_mut("requests"))
@@ -593,7 +594,7 @@ pub fn pvc_update(errs: &mut Errs, new: &Value, old: &Value) {
             }
         }
         let old_sc_ann = old
-            .pointer("/metadata/annotations/volume.beta.kubernetes.io~1storage-class")
+            .at("/metadata/annotations/volume.beta.kubernetes.io~1storage-class")
             .and_then(Value::as_str);
         if om.get("storageClassName").is_none_or(Value::is_null)
             && nm.get("storageClassName").is_some()
@@ -608,7 +609,7 @@ pub fn pvc_update(errs: &mut Errs, new: &Value, old: &Value) {
         errs.push(FieldError::forbidden("spec", "spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims\n  core.PersistentVolumeClaimSpec{\n  }\n"));
     }
     let q = |v: &Value| {
-        v.pointer("/resources/requests/storage")
+        v.at("/resources/requests/storage")
             .and_then(quantity::parse_value)
     };
     if let (Some(nq), Some(oq)) = (q(&ns), q(&os)) {

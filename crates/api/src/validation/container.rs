@@ -9,6 +9,7 @@ use serde_json::Value;
 use super::quantity;
 use super::{arr, child, dns_label, get, idx, int, jstr, names, qualified, s, Errs};
 use crate::field::FieldError;
+use crate::meta::At as _;
 
 /// The pod-level facts container validation needs.
 pub struct PodCtx<'a> {
@@ -556,10 +557,7 @@ fn env_from(errs: &mut Errs, list: &[Value], path: &str) {
 
 fn volume_mounts(errs: &mut Errs, c: &Value, devices: &[(&str, &str)], ctx: &PodCtx, path: &str) {
     let mut points = BTreeSet::new();
-    let privileged = c
-        .pointer("/securityContext/privileged")
-        .and_then(Value::as_bool)
-        == Some(true);
+    let privileged = c.at("/securityContext/privileged").and_then(Value::as_bool) == Some(true);
     for (i, m) in arr(c, "volumeMounts").iter().enumerate() {
         let p = idx(path, i);
         let name = s(m, "name");

@@ -10,6 +10,7 @@ use super::{
     arr, child, dns_label, get, gofmt, idx, int, jstr, key, meta, names, obj, qualified, s, Errs,
 };
 use crate::field::FieldError;
+use crate::meta::At as _;
 
 /// Kubernetes' limit on Secret and ConfigMap payloads.
 pub const MAX_SECRET_SIZE: usize = 1024 * 1024;
@@ -103,7 +104,7 @@ fn secret(errs: &mut Errs, o: &Value) {
     match s(o, "type") {
         "kubernetes.io/service-account-token" => {
             let sa = o
-                .pointer("/metadata/annotations/kubernetes.io~1service-account.name")
+                .at("/metadata/annotations/kubernetes.io~1service-account.name")
                 .and_then(Value::as_str)
                 .unwrap_or("");
             if sa.is_empty() {
@@ -319,7 +320,7 @@ pub fn event(errs: &mut Errs, o: &Value, strict: bool) {
         )
     };
     let ns = o
-        .pointer("/metadata/namespace")
+        .at("/metadata/namespace")
         .and_then(Value::as_str)
         .unwrap_or("");
     let inv_ns = o.get(involved).map(|i| s(i, "namespace")).unwrap_or("");
@@ -554,10 +555,7 @@ pub fn validate_update(errs: &mut Errs, kind: &str, new: &Value, old: &Value) {
                     "spec.persistentvolumesource is immutable after creation\n",
                 ));
             }
-            let (nv, ov) = (
-                new.pointer("/spec/volumeMode"),
-                old.pointer("/spec/volumeMode"),
-            );
+            let (nv, ov) = (new.at("/spec/volumeMode"), old.at("/spec/volumeMode"));
             if nv != ov {
                 errs.push(FieldError::immutable_shown(
                     "volumeMode",
@@ -565,10 +563,7 @@ pub fn validate_update(errs: &mut Errs, kind: &str, new: &Value, old: &Value) {
                         .map_or("\"null\"".into(), crate::field::go_quote),
                 ));
             }
-            let (na, oa) = (
-                new.pointer("/spec/nodeAffinity"),
-                old.pointer("/spec/nodeAffinity"),
-            );
+            let (na, oa) = (new.at("/spec/nodeAffinity"), old.at("/spec/nodeAffinity"));
             if oa.is_some_and(|v| !v.is_null()) && na != oa {
                 errs.push(FieldError::invalid_shown(
                     "nodeAffinity",
@@ -579,7 +574,7 @@ pub fn validate_update(errs: &mut Errs, kind: &str, new: &Value, old: &Value) {
         }
         "ResourceQuota" => {
             let set = |v: &Value| -> BTreeSet<String> {
-                v.pointer("/spec/scopes")
+                v.at("/spec/scopes")
                     .and_then(Value::as_array)
                     .map(|a| {
                         a.iter()
@@ -592,10 +587,7 @@ pub fn validate_update(errs: &mut Errs, kind: &str, new: &Value, old: &Value) {
             if set(new) != set(old) {
                 errs.push(FieldError::immutable_shown(
                     "spec.scopes",
-                    &gofmt::typed_string_slice(
-                        "core.ResourceQuotaScope",
-                        new.pointer("/spec/scopes"),
-                    ),
+                    &gofmt::typed_string_slice("core.ResourceQuotaScope", new.at("/spec/scopes")),
                 ));
             }
         }

@@ -5,6 +5,7 @@ use serde_json::Value;
 
 use super::{jstr, Errs};
 use crate::field::FieldError;
+use crate::meta::At as _;
 
 struct Bounds {
     min: u64,
@@ -462,14 +463,14 @@ pub fn time_zone(errs: &mut Errs, tz: Option<&str>, path: &str) {
 /// time zone is not re-checked.
 pub fn relax_tz_on_update(errs: &mut Errs, new: &Value, old: &Value) {
     let old_schedule = old
-        .pointer("/spec/schedule")
+        .at("/spec/schedule")
         .and_then(Value::as_str)
         .unwrap_or("");
     let new_schedule = new
-        .pointer("/spec/schedule")
+        .at("/spec/schedule")
         .and_then(Value::as_str)
         .unwrap_or("");
-    let tz = new.pointer("/spec/timeZone").and_then(Value::as_str);
+    let tz = new.at("/spec/timeZone").and_then(Value::as_str);
     if old_schedule.contains("TZ") {
         errs.retain(|e| {
             !e.message
@@ -483,7 +484,7 @@ pub fn relax_tz_on_update(errs: &mut Errs, new: &Value, old: &Value) {
             ));
         }
     }
-    if new.pointer("/spec/timeZone") == old.pointer("/spec/timeZone") {
+    if new.at("/spec/timeZone") == old.at("/spec/timeZone") {
         errs.retain(|e| e.field != "spec.timeZone");
     }
 }

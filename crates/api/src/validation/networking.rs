@@ -6,6 +6,7 @@ use serde_json::Value;
 
 use super::{arr, child, get, gofmt, idx, int, jstr, meta, names, s, Errs};
 use crate::field::FieldError;
+use crate::meta::At as _;
 
 pub fn validate(errs: &mut Errs, kind: &str, o: &Value) {
     let spec = o.get("spec").unwrap_or(&Value::Null);
@@ -240,7 +241,7 @@ fn ingress(errs: &mut Errs, o: &Value, spec: &Value) {
             "spec.ingressClassName",
         );
         if let Some(a) = o
-            .pointer("/metadata/annotations/kubernetes.io~1ingress.class")
+            .at("/metadata/annotations/kubernetes.io~1ingress.class")
             .and_then(Value::as_str)
         {
             errs.push(FieldError::invalid(
@@ -453,10 +454,7 @@ fn network_policy(errs: &mut Errs, spec: &Value) {
 
 pub fn validate_update(errs: &mut Errs, kind: &str, new: &Value, old: &Value) {
     if kind == "IngressClass" {
-        let (n, o) = (
-            new.pointer("/spec/controller"),
-            old.pointer("/spec/controller"),
-        );
+        let (n, o) = (new.at("/spec/controller"), old.at("/spec/controller"));
         if n != o {
             errs.push(FieldError::immutable_shown(
                 "spec.controller",

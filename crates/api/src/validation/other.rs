@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use super::{arr, child, dns_label, get, gofmt, idx, int, jstr, meta, names, qualified, s, Errs};
 use crate::field::FieldError;
+use crate::meta::At as _;
 
 pub fn validate(errs: &mut Errs, group: &str, kind: &str, o: &Value) {
     let spec = o.get("spec").unwrap_or(&Value::Null);
@@ -98,10 +99,7 @@ fn pdb(errs: &mut Errs, spec: &Value) {
 const HIGHEST_USER_PRIORITY: i64 = 1_000_000_000;
 
 fn priority_class(errs: &mut Errs, o: &Value) {
-    let name = o
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .unwrap_or("");
+    let name = o.at("/metadata/name").and_then(Value::as_str).unwrap_or("");
     let value = int(o, "value").unwrap_or(0);
     if name.starts_with("system-") {
         let known = match name {

@@ -11,6 +11,7 @@ use super::{
     Errs,
 };
 use crate::field::FieldError;
+use crate::meta::At as _;
 
 /// `ValidatePodCreate`.
 pub fn validate_pod(errs: &mut Errs, pod: &Value) {
@@ -140,7 +141,7 @@ pub fn pod_spec(errs: &mut Errs, spec: &Value, pod_name: Option<&str>, is_pod: b
             "",
         ));
     }
-    let host_users = spec.pointer("/hostUsers").and_then(Value::as_bool) != Some(false);
+    let host_users = spec.at("/hostUsers").and_then(Value::as_bool) != Some(false);
     let vols = super::volume::volumes(
         errs,
         arr(spec, "volumes"),

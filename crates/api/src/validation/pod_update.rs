@@ -6,6 +6,7 @@ use serde_json::{Map, Value};
 
 use super::{arr, child, get, idx, int, jstr, s, Errs};
 use crate::field::FieldError;
+use crate::meta::At as _;
 
 const UPDATABLE: &str = "pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)";
 
@@ -193,11 +194,11 @@ fn only_added_tolerations(errs: &mut Errs, new: &[Value], old: &[Value]) {
 fn annotation_updates(errs: &mut Errs, new: &Value, old: &Value) {
     let empty = Map::new();
     let na = new
-        .pointer("/metadata/annotations")
+        .at("/metadata/annotations")
         .and_then(Value::as_object)
         .unwrap_or(&empty);
     let oa = old
-        .pointer("/metadata/annotations")
+        .at("/metadata/annotations")
         .and_then(Value::as_object)
         .unwrap_or(&empty);
     const MIRROR: &str = "kubernetes.io/config.mirror";

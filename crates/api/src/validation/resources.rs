@@ -8,6 +8,7 @@ use serde_json::Value;
 use super::quantity;
 use super::{arr, child, get, idx, int, jstr, key, names, obj, qualified, s, Errs};
 use crate::field::FieldError;
+use crate::meta::At as _;
 
 const STANDARD_CONTAINER_RESOURCES: &[&str] = &["cpu", "memory", "ephemeral-storage"];
 const STANDARD_RESOURCES: &[&str] = &[
@@ -359,7 +360,7 @@ pub fn security_context(errs: &mut Errs, sc: Option<&Value>, host_users: bool, p
             ));
         }
         if sc
-            .pointer("/capabilities/add")
+            .at("/capabilities/add")
             .and_then(Value::as_array)
             .is_some_and(|a| a.iter().any(|c| c == "CAP_SYS_ADMIN"))
         {

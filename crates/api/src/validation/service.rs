@@ -9,6 +9,7 @@ use super::{
     Errs,
 };
 use crate::field::{go_quote, FieldError};
+use crate::meta::At as _;
 
 const PROTOCOLS: &[&str] = &["SCTP", "TCP", "UDP"];
 /// The API server's default `--service-node-port-range`.
@@ -131,7 +132,7 @@ pub fn validate(errs: &mut Errs, svc: &Value) {
         &["ClientIP", "None"],
     );
     if affinity == "ClientIP" {
-        match spec.pointer("/sessionAffinityConfig/clientIP/timeoutSeconds") {
+        match spec.at("/sessionAffinityConfig/clientIP/timeoutSeconds") {
             None | Some(Value::Null) => errs.push(FieldError::required(
                 "spec.sessionAffinityConfig",
                 "when session affinity type is ClientIP",

@@ -6,6 +6,7 @@ use serde_json::Value;
 
 use super::{arr, child, get, idx, jstr, names, obj, qualified, s, Errs};
 use crate::field::FieldError;
+use crate::meta::At as _;
 
 pub fn validate(errs: &mut Errs, kind: &str, o: &Value) {
     match kind {
@@ -203,10 +204,7 @@ pub fn validate_update(errs: &mut Errs, kind: &str, new: &Value, old: &Value) {
                 "volumeLifecycleModes",
                 "fsGroupPolicy",
             ] {
-                let (n, o) = (
-                    new.pointer(&format!("/spec/{f}")),
-                    old.pointer(&format!("/spec/{f}")),
-                );
+                let (n, o) = (new.at(&format!("/spec/{f}")), old.at(&format!("/spec/{f}")));
                 if !super::same(n, o) {
                     let shown = n.map_or("\"null\"".to_string(), crate::field::show);
                     errs.push(FieldError::immutable_shown(format!("spec.{f}"), &shown));

@@ -8,6 +8,7 @@ use serde_json::Value;
 use super::container::{object_field_selector, resource_field_selector};
 use super::{arr, child, dns_label, get, idx, int, jstr, names, s, Errs};
 use crate::field::FieldError;
+use crate::meta::At as _;
 
 /// Every volume source field of `core/v1.VolumeSource`, in Kubernetes' checking order.
 pub const SOURCES: &[&str] = &[
@@ -289,7 +290,7 @@ fn source(errs: &mut Errs, vol: &Value, vol_name: &str, pod_name: Option<&str>, 
                     Some(t) => {
                         super::meta::labels(
                             errs,
-                            t.pointer("/metadata/labels"),
+                            t.at("/metadata/labels"),
                             &child(
                                 &child(&child(&sp, "volumeClaimTemplate"), "metadata"),
                                 "labels",

@@ -19,6 +19,7 @@ use super::taints::TaintNodesByCondition;
 use super::tolerations::DefaultTolerationSeconds;
 use super::{Attributes, Plugin};
 use crate::error::ApiError;
+use capstan_api::meta::At as _;
 
 /// The built-in plugins, in the order Kubernetes runs them. (The chain runs every mutating
 /// phase before any validating phase, as Kubernetes does.)
@@ -110,7 +111,7 @@ pub(crate) fn aggregate(errs: &[String]) -> String {
 
 /// The array at a JSON pointer (empty when missing).
 pub(crate) fn items<'a>(v: &'a Value, pointer: &str) -> &'a [Value] {
-    v.pointer(pointer)
+    v.at(pointer)
         .and_then(Value::as_array)
         .map(Vec::as_slice)
         .unwrap_or(&[])
@@ -118,12 +119,12 @@ pub(crate) fn items<'a>(v: &'a Value, pointer: &str) -> &'a [Value] {
 
 /// The string at a JSON pointer ("" when missing).
 pub(crate) fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {
-    v.pointer(pointer).and_then(Value::as_str).unwrap_or("")
+    v.at(pointer).and_then(Value::as_str).unwrap_or("")
 }
 
 /// A metadata annotation.
 pub(crate) fn annotation<'a>(obj: &'a Value, key: &str) -> Option<&'a str> {
-    obj.pointer("/metadata/annotations")?.get(key)?.as_str()
+    obj.at("/metadata/annotations")?.get(key)?.as_str()
 }
 
 pub(crate) fn is_mirror_pod(pod: &Value) -> bool {
@@ -146,15 +147,12 @@ pub(crate) fn pod_secret_names(pod: &Value) -> Vec<String> {
         .collect();
     for c in all_containers(pod) {
         for e in items(c, "/envFrom") {
-            if let Some(n) = e.pointer("/secretRef/name").and_then(Value::as_str) {
+            if let Some(n) = e.at("/secretRef/name").and_then(Value::as_str) {
                 out.push(n.to_string());
             }
         }
         for e in items(c, "/env") {
-            if let Some(n) = e
-                .pointer("/valueFrom/secretKeyRef/name")
-                .and_then(Value::as_str)
-            {
+            if let Some(n) = e.at("/valueFrom/secretKeyRef/name").and_then(Value::as_str) {
                 out.push(n.to_string());
             }
         }
@@ -173,14 +171,14 @@ pub(crate) fn pod_secret_names(pod: &Value) -> Vec<String> {
             "/csi/nodePublishSecretRef/name",
         ];
         for r in refs {
-            if let Some(n) = v.pointer(r).and_then(Value::as_str) {
+            if let Some(n) = v.at(r).and_then(Value::as_str) {
                 if !n.is_empty() || r == "/secret/secretName" {
                     out.push(n.to_string());
                 }
             }
         }
         for s in items(v, "/projected/sources") {
-            if let Some(n) = s.pointer("/secret/name").and_then(Value::as_str) {
+            if let Some(n) = s.at("/secret/name").and_then(Value::as_str) {
                 out.push(n.to_string());
             }
         }
@@ -193,13 +191,13 @@ pub(crate) fn pod_configmap_names(pod: &Value) -> Vec<String> {
     let mut out = Vec::new();
     for c in all_containers(pod) {
         for e in items(c, "/envFrom") {
-            if let Some(n) = e.pointer("/configMapRef/name").and_then(Value::as_str) {
+            if let Some(n) = e.at("/configMapRef/name").and_then(Value::as_str) {
                 out.push(n.to_string());
             }
         }
         for e in items(c, "/env") {
             if let Some(n) = e
-                .pointer("/valueFrom/configMapKeyRef/name")
+                .at("/valueFrom/configMapKeyRef/name")
                 .and_then(Value::as_str)
             {
                 out.push(n.to_string());
@@ -208,11 +206,11 @@ pub(crate) fn pod_configmap_names(pod: &Value) -> Vec<String> {
     }
     for v in items(pod, "/spec/volumes") {
         for s in items(v, "/projected/sources") {
-            if let Some(n) = s.pointer("/configMap/name").and_then(Value::as_str) {
+            if let Some(n) = s.at("/configMap/name").and_then(Value::as_str) {
                 out.push(n.to_string());
             }
         }
-        if let Some(n) = v.pointer("/configMap/name").and_then(Value::as_str) {
+        if let Some(n) = v.at("/configMap/name").and_then(Value::as_str) {
             out.push(n.to_string());
         }
     }
@@ -290,12 +288,12 @@ pub(crate) fn max_into(list: &mut ResourceList, new: &ResourceList) {
 fn aggregate_containers(pod: &Value, field: &str) -> ResourceList {
     let mut total = ResourceList::new();
     for c in items(pod, "/spec/containers") {
-        add_into(&mut total, &resource_list(c.pointer(field)));
+        add_into(&mut total, &resource_list(c.at(field)));
     }
     let mut sidecars = ResourceList::new();
     let mut init_max = ResourceList::new();
     for c in items(pod, "/spec/initContainers") {
-        let own = resource_list(c.pointer(field));
+        let own = resource_list(c.at(field));
         if str_at(c, "/restartPolicy") == "Always" {
             add_into(&mut total, &own);
             add_into(&mut sidecars, &own);
@@ -314,7 +312,7 @@ fn aggregate_containers(pod: &Value, field: &str) -> ResourceList {
 pub(crate) fn pod_requests(pod: &Value, overhead: bool) -> ResourceList {
     let mut reqs = aggregate_containers(pod, "/resources/requests");
     if overhead {
-        add_into(&mut reqs, &resource_list(pod.pointer("/spec/overhead")));
+        add_into(&mut reqs, &resource_list(pod.at("/spec/overhead")));
     }
     reqs
 }
@@ -323,7 +321,7 @@ pub(crate) fn pod_requests(pod: &Value, overhead: bool) -> ResourceList {
 pub(crate) fn pod_limits(pod: &Value, overhead: bool) -> ResourceList {
     let mut limits = aggregate_containers(pod, "/resources/limits");
     if overhead {
-        for (k, q) in resource_list(pod.pointer("/spec/overhead")) {
+        for (k, q) in resource_list(pod.at("/spec/overhead")) {
             if let Some(v) = limits.get_mut(&k) {
                 *v = qadd(*v, q);
             }

@@ -14,6 +14,7 @@ use super::{Attributes, Operation, Plugin};
 use crate::auth::User;
 use crate::error::ApiResult;
 use crate::request::RequestInfo;
+use capstan_api::meta::At as _;
 
 /// Whether the authorizer allows a user a request.
 pub type Authorize = Arc<dyn Fn(&User, &RequestInfo) -> bool + Send + Sync>;
@@ -107,7 +108,7 @@ impl Plugin for CertificateSigning {
             return Ok(());
         }
         let certificate = |o: Option<&Value>| {
-            o.and_then(|o| o.pointer("/status/certificate"))
+            o.and_then(|o| o.at("/status/certificate"))
                 .filter(|c| !c.is_null())
                 .cloned()
         };

@@ -14,6 +14,7 @@ use super::builtin::{
 };
 use super::{Attributes, Operation, Plugin};
 use crate::error::ApiResult;
+use capstan_api::meta::At as _;
 
 const ANNOTATION: &str = "kubernetes.io/limit-ranger";
 
@@ -96,7 +97,7 @@ fn limits_of<'a>(range: &'a Value, kind: &'a str) -> impl Iterator<Item = &'a Va
 }
 
 fn raw_list<'a>(v: &'a Value, pointer: &str) -> Option<&'a Map<String, Value>> {
-    v.pointer(pointer).and_then(Value::as_object)
+    v.at(pointer).and_then(Value::as_object)
 }
 
 /// Merge the range's Container defaults into every container and init container that lacks
@@ -312,13 +313,13 @@ fn item_violations(
     limit: &ResourceList,
     out: &mut Vec<String>,
 ) {
-    for (res, q) in resource_list(item.pointer("/min")) {
+    for (res, q) in resource_list(item.at("/min")) {
         out.extend(min_violation(kind, &res, &q, request, limit));
     }
-    for (res, q) in resource_list(item.pointer("/max")) {
+    for (res, q) in resource_list(item.at("/max")) {
         out.extend(max_violation(kind, &res, &q, request, limit));
     }
-    for (res, q) in resource_list(item.pointer("/maxLimitRequestRatio")) {
+    for (res, q) in resource_list(item.at("/maxLimitRequestRatio")) {
         out.extend(ratio_violation(kind, &res, &q, request, limit));
     }
 }
@@ -332,8 +333,8 @@ pub fn pod_violations(range: &Value, pod: &Value) -> Vec<String> {
             "Container" => {
                 for key in ["/spec/containers", "/spec/initContainers"] {
                     for c in items(pod, key) {
-                        let request = resource_list(c.pointer("/resources/requests"));
-                        let limit = resource_list(c.pointer("/resources/limits"));
+                        let request = resource_list(c.at("/resources/requests"));
+                        let limit = resource_list(c.at("/resources/limits"));
                         item_violations(item, "Container", &request, &limit, &mut out);
                     }
                 }
@@ -352,9 +353,9 @@ pub fn pod_violations(range: &Value, pod: &Value) -> Vec<String> {
 /// `PersistentVolumeClaimValidateLimitFunc`: min and max against the claim's requests.
 pub fn claim_violations(range: &Value, claim: &Value) -> Vec<String> {
     let mut out = Vec::new();
-    let request = resource_list(claim.pointer("/spec/resources/requests"));
+    let request = resource_list(claim.at("/spec/resources/requests"));
     for item in limits_of(range, "PersistentVolumeClaim") {
-        for (res, q) in resource_list(item.pointer("/min")) {
+        for (res, q) in resource_list(item.at("/min")) {
             out.extend(min_violation(
                 "PersistentVolumeClaim",
                 &res,
@@ -363,7 +364,7 @@ pub fn claim_violations(range: &Value, claim: &Value) -> Vec<String> {
                 &ResourceList::new(),
             ));
         }
-        for (res, q) in resource_list(item.pointer("/max")) {
+        for (res, q) in resource_list(item.at("/max")) {
             out.extend(max_request_violation(
                 "PersistentVolumeClaim",
                 &res,

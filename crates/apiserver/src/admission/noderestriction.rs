@@ -14,6 +14,7 @@ use super::builtin::{
 use super::{Attributes, Operation, Plugin};
 use crate::auth::User;
 use crate::error::{ApiError, ApiResult};
+use capstan_api::meta::At as _;
 
 pub const NODES_GROUP: &str = "system:nodes";
 pub const NODE_USER_PREFIX: &str = "system:node:";
@@ -243,7 +244,7 @@ impl Request<'_, '_> {
             )));
         }
         let claims = |p: &Value| {
-            p.pointer("/status/resourceClaimStatuses")
+            p.at("/status/resourceClaimStatuses")
                 .cloned()
                 .filter(|v| !v.is_null() && v.as_array().is_none_or(|a| !a.is_empty()))
         };
@@ -297,10 +298,7 @@ impl Request<'_, '_> {
         }
         match (self.a.operation, self.obj) {
             (Operation::Create, Some(new)) => {
-                if new
-                    .pointer("/spec/configSource")
-                    .is_some_and(|v| !v.is_null())
-                {
+                if new.at("/spec/configSource").is_some_and(|v| !v.is_null()) {
                     return Err(self.deny(format!(
                         "node \"{node}\" is not allowed to create pods with a non-nil configSource"
                     )));
@@ -315,8 +313,8 @@ impl Request<'_, '_> {
             }
             (Operation::Update, Some(new)) => {
                 let Some(old) = self.old else { return Ok(()) };
-                let source = new.pointer("/spec/configSource").filter(|v| !v.is_null());
-                if source.is_some() && source != old.pointer("/spec/configSource") {
+                let source = new.at("/spec/configSource").filter(|v| !v.is_null());
+                if source.is_some() && source != old.at("/spec/configSource") {
                     return Err(self.deny(format!(
                         "node \"{node}\" is not allowed to update configSource to a new non-nil configSource"
                     )));
@@ -386,7 +384,7 @@ impl Request<'_, '_> {
             return Ok(());
         }
         let Some(tr) = self.obj else { return Ok(()) };
-        let r = tr.pointer("/spec/boundObjectRef").filter(|v| v.is_object());
+        let r = tr.at("/spec/boundObjectRef").filter(|v| v.is_object());
         let Some(r) = r.filter(|r| {
             str_at(r, "/apiVersion") == "v1"
                 && str_at(r, "/kind") == "Pod"

@@ -17,6 +17,7 @@ use serde_json::{Map, Value};
 use super::builtin::{annotation, forbidden, is_core, items, str_at};
 use super::{Attributes, Operation, Plugin};
 use crate::error::ApiResult;
+use capstan_api::meta::At as _;
 
 pub const ENFORCE_LABEL: &str = "pod-security.kubernetes.io/enforce";
 pub const ENFORCE_VERSION_LABEL: &str = "pod-security.kubernetes.io/enforce-version";
@@ -304,7 +305,7 @@ fn name(c: &Value) -> String {
 }
 
 fn flag(v: &Value, pointer: &str) -> Option<bool> {
-    v.pointer(pointer).and_then(Value::as_bool)
+    v.at(pointer).and_then(Value::as_bool)
 }
 
 fn is_windows(pod: &Value) -> bool {
@@ -321,7 +322,7 @@ fn profile_types(
     let mut setters = Vec::new();
     let mut values = BTreeSet::new();
     let type_at = |v: &Value, base: &str| {
-        v.pointer(&format!("{base}/securityContext/{profile}/type"))
+        v.at(&format!("{base}/securityContext/{profile}/type"))
             .and_then(Value::as_str)
             .map(str::to_string)
     };
@@ -348,7 +349,7 @@ fn app_armor(pod: &Value, _: u32) -> Option<Violation> {
         matches!(t, "RuntimeDefault" | "Localhost")
     });
     let mut annotations: Vec<String> = pod
-        .pointer("/metadata/annotations")
+        .at("/metadata/annotations")
         .and_then(Value::as_object)
         .into_iter()
         .flatten()
@@ -512,10 +513,7 @@ fn proc_mount(pod: &Value, _: u32) -> Option<Violation> {
     let mut bad = Vec::new();
     let mut types = BTreeSet::new();
     for c in containers(pod) {
-        if let Some(t) = c
-            .pointer("/securityContext/procMount")
-            .and_then(Value::as_str)
-        {
+        if let Some(t) = c.at("/securityContext/procMount").and_then(Value::as_str) {
             if t != "Default" {
                 bad.push(name(c));
                 types.insert(t.to_string());
@@ -563,14 +561,14 @@ fn se_linux(pod: &Value, minor: u32) -> Option<Violation> {
         ok
     };
     let mut setters = Vec::new();
-    if let Some(o) = pod.pointer("/spec/securityContext/seLinuxOptions") {
+    if let Some(o) = pod.at("/spec/securityContext/seLinuxOptions") {
         if o.is_object() && !valid(o) {
             setters.push("pod".to_string());
         }
     }
     let mut bad = Vec::new();
     for c in containers(pod) {
-        if let Some(o) = c.pointer("/securityContext/seLinuxOptions") {
+        if let Some(o) = c.at("/securityContext/seLinuxOptions") {
             if o.is_object() && !valid(o) {
                 bad.push(name(c));
             }
@@ -746,7 +744,7 @@ fn capabilities_restricted(pod: &Value, minor: u32) -> Option<Violation> {
     let mut caps = BTreeSet::new();
     for c in containers(pod) {
         let Some(capabilities) = c
-            .pointer("/securityContext/capabilities")
+            .at("/securityContext/capabilities")
             .filter(|v| v.is_object())
         else {
             missing_drop.push(name(c));
@@ -906,7 +904,7 @@ fn run_as_non_root(pod: &Value, _: u32) -> Option<Violation> {
 }
 
 fn run_as_user(pod: &Value, _: u32) -> Option<Violation> {
-    let is_root = |v: &Value, p: &str| v.pointer(p).and_then(Value::as_i64) == Some(0);
+    let is_root = |v: &Value, p: &str| v.at(p).and_then(Value::as_i64) == Some(0);
     let mut setters = Vec::new();
     if is_root(pod, "/spec/securityContext/runAsUser") {
         setters.push("pod".to_string());
@@ -935,7 +933,7 @@ fn seccomp_restricted(pod: &Value, minor: u32) -> Option<Violation> {
     let mut values = BTreeSet::new();
     let mut pod_set = false;
     if let Some(t) = pod
-        .pointer("/spec/securityContext/seccompProfile/type")
+        .at("/spec/securityContext/seccompProfile/type")
         .and_then(Value::as_str)
     {
         if valid_seccomp(t) {
@@ -949,7 +947,7 @@ fn seccomp_restricted(pod: &Value, minor: u32) -> Option<Violation> {
     let mut implicit = Vec::new();
     for c in containers(pod) {
         match c
-            .pointer("/securityContext/seccompProfile/type")
+            .at("/securityContext/seccompProfile/type")
             .and_then(Value::as_str)
         {
             Some(t) if !valid_seccomp(t) => {

@@ -13,6 +13,7 @@ use super::builtin::{forbidden, is_core, str_at};
 use super::{Attributes, Operation, Plugin};
 use crate::error::ApiResult;
 use crate::objects::Objects;
+use capstan_api::meta::At as _;
 
 const GROUP: &str = "scheduling.k8s.io";
 /// The highest priority user classes may have; the system classes sit above it.
@@ -119,7 +120,7 @@ fn keep_from_old(pod: &mut Value, old: &Value) {
     };
     for field in ["priority", "preemptionPolicy"] {
         if spec.get(field).is_none_or(Value::is_null) {
-            if let Some(v) = old.pointer(&format!("/spec/{field}")) {
+            if let Some(v) = old.at(&format!("/spec/{field}")) {
                 spec.insert(field.into(), v.clone());
             }
         }
@@ -168,7 +169,7 @@ fn admit_pod(a: &Attributes<'_>, pod: &mut Value) -> ApiResult<()> {
                 .map(str::to_string),
         )
     };
-    if let Some(given) = pod.pointer("/spec/priority").and_then(Value::as_i64) {
+    if let Some(given) = pod.at("/spec/priority").and_then(Value::as_i64) {
         if given != priority {
             return Err(forbidden(
                 a,
@@ -178,10 +179,7 @@ fn admit_pod(a: &Attributes<'_>, pod: &mut Value) -> ApiResult<()> {
         }
     }
     if let Some(policy) = &policy {
-        if let Some(given) = pod
-            .pointer("/spec/preemptionPolicy")
-            .and_then(Value::as_str)
-        {
+        if let Some(given) = pod.at("/spec/preemptionPolicy").and_then(Value::as_str) {
             if given != policy {
                 return Err(forbidden(
                     a,

@@ -24,6 +24,7 @@ use super::builtin::{
 use super::{Attributes, Operation, Plugin};
 use crate::error::{ApiError, ApiResult};
 use crate::objects::Objects;
+use capstan_api::meta::At as _;
 
 /// Suffix of per-storage-class claim resources (`<class>.storageclass.storage.k8s.io/requests.storage`).
 const STORAGE_CLASS_SUFFIX: &str = ".storageclass.storage.k8s.io/";
@@ -181,8 +182,8 @@ impl Evaluator {
         for key in ["/spec/containers", "/spec/initContainers"] {
             for c in items(obj, key) {
                 let usage = compute_usage(
-                    &resource_list(c.pointer("/resources/requests")),
-                    &resource_list(c.pointer("/resources/limits")),
+                    &resource_list(c.at("/resources/requests")),
+                    &resource_list(c.at("/resources/limits")),
                 );
                 for r in &required {
                     if !usage.contains_key(*r) {
@@ -278,14 +279,14 @@ fn scope_selectors(quota: &Value) -> Vec<Scope> {
 }
 
 fn is_terminating(pod: &Value) -> bool {
-    pod.pointer("/spec/activeDeadlineSeconds")
+    pod.at("/spec/activeDeadlineSeconds")
         .and_then(Value::as_i64)
         .is_some_and(|s| s >= 0)
 }
 
 /// QoS BestEffort: no container states a cpu or memory request or limit.
 fn is_best_effort(pod: &Value) -> bool {
-    if let Some(q) = pod.pointer("/status/qosClass").and_then(Value::as_str) {
+    if let Some(q) = pod.at("/status/qosClass").and_then(Value::as_str) {
         if !q.is_empty() {
             return q == "BestEffort";
         }
@@ -295,7 +296,7 @@ fn is_best_effort(pod: &Value) -> bool {
         .flat_map(|k| items(pod, k))
         .any(|c| {
             ["requests", "limits"].iter().any(|f| {
-                let l = resource_list(c.pointer(&format!("/resources/{f}")));
+                let l = resource_list(c.at(&format!("/resources/{f}")));
                 ["cpu", "memory"]
                     .iter()
                     .any(|r| l.get(*r).is_some_and(|q| q.nanos != 0))
@@ -356,7 +357,7 @@ fn pod_is_charged(pod: &Value, now: SystemTime) -> bool {
     let deletion = capstan_api::meta::deletion_timestamp(pod)
         .and_then(capstan_api::table::duration::parse_rfc3339);
     let grace = pod
-        .pointer("/metadata/deletionGracePeriodSeconds")
+        .at("/metadata/deletionGracePeriodSeconds")
         .and_then(Value::as_i64);
     if let (Some(at), Some(grace)) = (deletion, grace) {
         let now = capstan_api::table::duration::system_nanos(now);
@@ -413,7 +414,7 @@ fn service_usage(svc: &Value) -> ResourceList {
         "NodePort" => node_ports = count(ports.len()),
         "LoadBalancer" => {
             let allocate = svc
-                .pointer("/spec/allocateLoadBalancerNodePorts")
+                .at("/spec/allocateLoadBalancerNodePorts")
                 .and_then(Value::as_bool);
             node_ports = if allocate == Some(false) {
                 count(
@@ -447,10 +448,10 @@ fn claim_usage(pvc: &Value) -> ResourceList {
             one(),
         );
     }
-    let requested = resource_list(pvc.pointer("/spec/resources/requests"))
+    let requested = resource_list(pvc.at("/spec/resources/requests"))
         .get("storage")
         .copied();
-    let allocated = resource_list(pvc.pointer("/status/allocatedResources"))
+    let allocated = resource_list(pvc.at("/status/allocatedResources"))
         .get("storage")
         .copied();
     let storage = match (requested, allocated) {
@@ -470,9 +471,9 @@ fn claim_usage(pvc: &Value) -> ResourceList {
 /// The quota's hard limits: `status.hard` once the controller has set it, else `spec.hard`.
 fn effective_hard(quota: &Value) -> ResourceList {
     let status = quota
-        .pointer("/status/hard")
+        .at("/status/hard")
         .filter(|h| h.as_object().is_some_and(|m| !m.is_empty()));
-    resource_list(status.or_else(|| quota.pointer("/spec/hard")))
+    resource_list(status.or_else(|| quota.at("/spec/hard")))
 }
 
 fn mask(list: &ResourceList, keys: &[&String]) -> ResourceList {
@@ -702,7 +703,7 @@ impl Plan {
         let hard = effective_hard(quota);
         let keys: Vec<&String> = hard.keys().collect();
         let requested = mask(delta, &keys);
-        let used = resource_list(quota.pointer("/status/used"));
+        let used = resource_list(quota.at("/status/used"));
         let counted = requested
             .keys()
             .any(|k| !used.contains_key(k))
@@ -717,7 +718,7 @@ impl Plan {
     /// The quota's new `status.used` with this charge, or the rejection message.
     fn charge(&self, quota: &Value) -> Result<ResourceList, String> {
         let hard = effective_hard(quota);
-        let mut used = resource_list(quota.pointer("/status/used"));
+        let mut used = resource_list(quota.at("/status/used"));
         for k in self.requested.keys() {
             if !used.contains_key(k) {
                 let counted = self.counted.as_ref().and_then(|c| c.get(k)).copied();
@@ -763,7 +764,7 @@ impl Plan {
     /// Undo a charge (best effort) when a later quota rejects the write.
     async fn release(&self, objects: &dyn Objects, ns: &str) {
         let change = |cur: &Value| -> ApiResult<Option<Value>> {
-            let mut used = resource_list(cur.pointer("/status/used"));
+            let mut used = resource_list(cur.at("/status/used"));
             for (k, q) in &self.requested {
                 if let Some(u) = used.get_mut(k) {
                     let left = qsub(*u, *q);

@@ -15,6 +15,7 @@ use super::builtin::{forbidden, is_core, is_mirror_pod, items, pod_secret_names,
 use super::{Attributes, Operation, Plugin};
 use crate::error::{ApiError, ApiResult};
 use crate::objects::Objects;
+use capstan_api::meta::At as _;
 
 /// The account pods without one run as.
 pub const DEFAULT_SERVICE_ACCOUNT: &str = "default";
@@ -241,7 +242,7 @@ fn check_mirror_pod(a: &Attributes<'_>, pod: &Value) -> ApiResult<()> {
 
 /// The pod's choice wins, then the account's; the default is to mount.
 fn should_automount(account: &Value, pod: &Value) -> bool {
-    pod.pointer("/spec/automountServiceAccountToken")
+    pod.at("/spec/automountServiceAccountToken")
         .and_then(Value::as_bool)
         .or_else(|| {
             account
@@ -353,10 +354,7 @@ fn container_secret_violation(
     let cname = str_at(c, "/name");
     let ok = |n: &str| allowed.iter().any(|a| a == n);
     for e in items(c, "/env") {
-        if let Some(s) = e
-            .pointer("/valueFrom/secretKeyRef/name")
-            .and_then(Value::as_str)
-        {
+        if let Some(s) = e.at("/valueFrom/secretKeyRef/name").and_then(Value::as_str) {
             if !ok(s) {
                 return Some(format!(
                     "{what} {cname} with envVar {} referencing secret.secretName=\"{s}\" is not allowed because service account {sa} does not reference that secret",
@@ -366,7 +364,7 @@ fn container_secret_violation(
         }
     }
     for e in items(c, "/envFrom") {
-        if let Some(s) = e.pointer("/secretRef/name").and_then(Value::as_str) {
+        if let Some(s) = e.at("/secretRef/name").and_then(Value::as_str) {
             if !ok(s) {
                 return Some(format!(
                     "{what} {cname} with envFrom referencing secret.secretName=\"{s}\" is not allowed because service account {sa} does not reference that secret"

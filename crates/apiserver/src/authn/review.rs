@@ -6,6 +6,7 @@ use serde_json::{json, Map, Value};
 
 use super::{intersect, TokenAuthenticator};
 use crate::error::ApiError;
+use capstan_api::meta::At as _;
 
 /// Answer a `TokenReview` (`body`) with `tokens` (normally the server's
 /// [`TokenAuthenticators`](super::TokenAuthenticators)). The token must be good for one of
@@ -18,7 +19,7 @@ pub fn token_review(
     let Value::Object(_) = body else {
         return Err(decode_error("the body is not a JSON object"));
     };
-    let token = match body.pointer("/spec/token") {
+    let token = match body.at("/spec/token") {
         None | Some(Value::Null) => "",
         Some(Value::String(s)) => s.as_str(),
         Some(_) => return Err(decode_error("spec.token must be a string")),
@@ -28,7 +29,7 @@ pub fn token_review(
             "token is required for TokenReview in authentication",
         ));
     }
-    let requested: Vec<String> = match body.pointer("/spec/audiences") {
+    let requested: Vec<String> = match body.at("/spec/audiences") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(items)) => items
             .iter()

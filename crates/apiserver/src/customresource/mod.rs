@@ -28,6 +28,7 @@ use crate::filter::Filter;
 use crate::registry::{DeleteOptions, Registry, WriteOptions, CRD_CLEANUP_FINALIZER, CRD_GROUP};
 use crate::watch_cache::{WatchCache, WatchItem};
 use crate::ApiServer;
+use capstan_api::meta::At as _;
 
 pub use strategy::{CrdStrategy, CustomStrategy};
 
@@ -350,7 +351,7 @@ impl Controller {
     fn install(&mut self, server: &Arc<ApiServer>, crd: &Value) {
         let name = meta::name(crd).to_string();
         let fingerprint =
-            serde_json::to_string(&(crd.get("spec"), crd.pointer("/status/acceptedNames")))
+            serde_json::to_string(&(crd.get("spec"), crd.at("/status/acceptedNames")))
                 .unwrap_or_default();
         if self
             .installed
@@ -519,7 +520,7 @@ fn build(server: &Arc<ApiServer>, crd: &Value) -> Result<Installed, String> {
         .and_then(Value::as_str)
         .ok_or("no group")?;
     let names = crd
-        .pointer("/status/acceptedNames")
+        .at("/status/acceptedNames")
         .filter(|n| {
             n.get("plural")
                 .and_then(Value::as_str)
@@ -659,7 +660,7 @@ fn settle_status(crd: &Value, others: &[Value]) -> Value {
     }
     if status.get("storedVersions").is_none() {
         let storage = crd
-            .pointer("/spec/versions")
+            .at("/spec/versions")
             .and_then(Value::as_array)
             .and_then(|vs| {
                 vs.iter()

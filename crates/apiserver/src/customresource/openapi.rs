@@ -11,6 +11,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use bytes::Bytes;
+use capstan_api::meta::At as _;
 use serde_json::{json, Map, Value};
 
 const REF: &str = "#/components/schemas/";
@@ -36,7 +37,7 @@ pub fn documents(crds: &[&Value]) -> HashMap<String, Doc> {
         };
         let group = spec.get("group").and_then(Value::as_str).unwrap_or("");
         let names = crd
-            .pointer("/status/acceptedNames")
+            .at("/status/acceptedNames")
             .filter(|n| {
                 n.get("kind")
                     .and_then(Value::as_str)
@@ -72,8 +73,8 @@ pub fn documents(crds: &[&Value]) -> HashMap<String, Doc> {
                 continue;
             }
             let schema = v
-                .pointer("/schema/openAPIV3Schema")
-                .or_else(|| spec.pointer("/validation/openAPIV3Schema"))
+                .at("/schema/openAPIV3Schema")
+                .or_else(|| spec.at("/validation/openAPIV3Schema"))
                 .cloned()
                 .unwrap_or_else(|| json!({"type": "object"}));
             let out = schemas

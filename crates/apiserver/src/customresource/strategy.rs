@@ -12,6 +12,7 @@ use crate::error::{ApiError, FieldError};
 use crate::registry::strategy::copy_field;
 use crate::registry::Strategy;
 use crate::scale::ScalePaths;
+use capstan_api::meta::At as _;
 
 /// CustomResourceDefinitions: apiextensions defaults and validation, a status that only the
 /// status subresource changes, and the storage version recorded in `status.storedVersions`.
@@ -82,7 +83,7 @@ impl Strategy for CrdStrategy {
 
 /// The name of the version marked `storage: true`.
 fn storage_version(crd: &Value) -> Option<String> {
-    crd.pointer("/spec/versions")?
+    crd.at("/spec/versions")?
         .as_array()?
         .iter()
         .find(|v| v.get("storage").and_then(Value::as_bool) == Some(true))?
@@ -108,14 +109,14 @@ impl CustomStrategy {
         terminating: Arc<AtomicBool>,
     ) -> Result<Self, String> {
         let scale = crd
-            .pointer("/spec/versions")
+            .at("/spec/versions")
             .and_then(Value::as_array)
             .and_then(|vs| {
                 vs.iter()
                     .find(|v| v.get("name").and_then(Value::as_str) == Some(info.version))
             })
-            .and_then(|v| v.pointer("/subresources/scale"))
-            .or_else(|| crd.pointer("/spec/subresources/scale"))
+            .and_then(|v| v.at("/subresources/scale"))
+            .or_else(|| crd.at("/spec/subresources/scale"))
             .map(|s| {
                 let p = |k: &str| s.get(k).and_then(Value::as_str).map(String::from);
                 ScalePaths {

@@ -25,6 +25,7 @@ use crate::error::{ApiError, ApiResult, FieldError};
 use crate::handlers::{error_response, Body};
 use crate::request::{percent_decode, Query, RequestInfo};
 use crate::ApiServer;
+use capstan_api::meta::At as _;
 
 pub mod spdy;
 pub mod translate;
@@ -399,7 +400,7 @@ impl Target {
 /// port of `status.daemonEndpoints.kubeletEndpoint`.
 pub fn target_of(node: &Value) -> ApiResult<Target> {
     let addrs: Vec<(&str, &str)> = node
-        .pointer("/status/addresses")
+        .at("/status/addresses")
         .and_then(Value::as_array)
         .map(|a| {
             a.iter()
@@ -426,7 +427,7 @@ pub fn target_of(node: &Value) -> ApiResult<Target> {
             )
         })?;
     let port = node
-        .pointer("/status/daemonEndpoints/kubeletEndpoint/Port")
+        .at("/status/daemonEndpoints/kubeletEndpoint/Port")
         .and_then(Value::as_u64)
         .filter(|p| *p > 0 && *p <= u64::from(u16::MAX))
         .unwrap_or(10250) as u16;
@@ -448,7 +449,7 @@ async fn pod_and_target(api: &ApiServer, info: &RequestInfo) -> ApiResult<(Value
         .ok_or_else(|| ApiError::internal("no pod registry"))?;
     let pod = reg.get(&info.namespace, &info.name).await?.value;
     let node = pod
-        .pointer("/spec/nodeName")
+        .at("/spec/nodeName")
         .and_then(Value::as_str)
         .filter(|n| !n.is_empty())
         .map(str::to_string);

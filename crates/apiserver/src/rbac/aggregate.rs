@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use super::index::parse_rules;
 use super::rules::PolicyRule;
+use capstan_api::meta::At as _;
 
 /// The aggregated ClusterRoles among `cluster_roles` whose rules must change, each returned
 /// whole with its new `rules`; the caller writes them back. Aggregated roles that feed other
@@ -62,9 +63,9 @@ struct Role<'a> {
 
 impl<'a> Role<'a> {
     fn read(obj: &'a Value) -> Option<Role<'a>> {
-        let name = obj.pointer("/metadata/name")?.as_str()?.to_string();
+        let name = obj.at("/metadata/name")?.as_str()?.to_string();
         let labels = obj
-            .pointer("/metadata/labels")
+            .at("/metadata/labels")
             .and_then(Value::as_object)
             .cloned()
             .unwrap_or_default();

@@ -12,6 +12,7 @@ use super::{Rbac, GROUP};
 use crate::auth::User;
 use crate::error::{ApiError, FieldError};
 use crate::request::RequestInfo;
+use capstan_api::meta::At as _;
 
 /// Asks the authorizer chain whether a user may do a request (`escalate` or `bind`).
 pub type May<'a> = &'a dyn Fn(&User, &RequestInfo) -> bool;
@@ -145,7 +146,7 @@ fn check_binding(
         RoleRef::Unresolvable => return Err(forbidden(resource, name, "unsupported role kind")),
     };
     let ref_group = obj
-        .pointer("/roleRef/apiGroup")
+        .at("/roleRef/apiGroup")
         .and_then(Value::as_str)
         .unwrap_or("");
     let mut bind = rbac_request("bind", roles, namespace, &role_name);
@@ -210,13 +211,13 @@ fn full_authority() -> Vec<PolicyRule> {
 }
 
 fn has_aggregation_rule(obj: &Value) -> bool {
-    obj.pointer("/aggregationRule/clusterRoleSelectors")
+    obj.at("/aggregationRule/clusterRoleSelectors")
         .and_then(Value::as_array)
         .is_some_and(|s| !s.is_empty())
 }
 
 fn object_name(obj: &Value) -> &str {
-    obj.pointer("/metadata/name")
+    obj.at("/metadata/name")
         .and_then(Value::as_str)
         .unwrap_or("")
 }

@@ -16,6 +16,7 @@ use super::Rbac;
 use crate::auth::User;
 use crate::error::{ApiError, FieldError};
 use crate::request::RequestInfo;
+use capstan_api::meta::At as _;
 
 /// Decides a reviewed request: (allowed, reason).
 pub type Authorize<'a> = &'a dyn Fn(&User, &RequestInfo) -> (bool, String);
@@ -74,12 +75,12 @@ pub fn request_from_attributes(spec: &Value) -> Result<RequestInfo, String> {
                 name,
                 rest: Vec::new(),
                 field_selector: ra
-                    .pointer("/fieldSelector/rawSelector")
+                    .at("/fieldSelector/rawSelector")
                     .and_then(Value::as_str)
                     .unwrap_or("")
                     .to_string(),
                 label_selector: ra
-                    .pointer("/labelSelector/rawSelector")
+                    .at("/labelSelector/rawSelector")
                     .and_then(Value::as_str)
                     .unwrap_or("")
                     .to_string(),
@@ -134,7 +135,7 @@ pub fn local_subject_access_review(
     authorize: Authorize,
 ) -> Result<Value, ApiError> {
     let mut body = body.clone();
-    match body.pointer("/metadata/namespace").and_then(Value::as_str) {
+    match body.at("/metadata/namespace").and_then(Value::as_str) {
         None | Some("") => {
             if !body.get("metadata").is_some_and(Value::is_object) {
                 body["metadata"] = json!({});
@@ -171,7 +172,7 @@ pub fn self_subject_rules_review(
     extra_rules: Vec<PolicyRule>,
 ) -> Result<Value, ApiError> {
     let namespace = body
-        .pointer("/spec/namespace")
+        .at("/spec/namespace")
         .and_then(Value::as_str)
         .unwrap_or("");
     if namespace.is_empty() {
@@ -247,7 +248,7 @@ fn answer(body: &Value, kind: &str, user: &User, authorize: Authorize) -> Result
     }
     let mut metadata = json!({"creationTimestamp": null});
     if let Some(ns) = body
-        .pointer("/metadata/namespace")
+        .at("/metadata/namespace")
         .and_then(Value::as_str)
         .filter(|ns| !ns.is_empty())
     {
@@ -324,7 +325,7 @@ fn attribute_errors(spec: &Value) -> Vec<FieldError> {
 fn local_errors(body: &Value, spec: &Value) -> Vec<FieldError> {
     let mut errs = Vec::new();
     let namespace = body
-        .pointer("/metadata/namespace")
+        .at("/metadata/namespace")
         .and_then(Value::as_str)
         .unwrap_or("");
     if let Some(ra) = attrs(spec, "resourceAttributes") {

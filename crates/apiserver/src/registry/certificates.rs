@@ -4,6 +4,7 @@
 //! approving and issuing stay separate concerns), and both stamp the conditions' times.
 
 use capstan_api::meta;
+use capstan_api::meta::At as _;
 use serde_json::{Map, Value};
 
 /// Whether `(group, kind)` is CertificateSigningRequest.
@@ -47,7 +48,7 @@ fn prepare_at(subresource: &str, new: &mut Value, old: &Value, now: &str) {
 }
 
 fn conditions(v: &Value) -> &[Value] {
-    v.pointer("/status/conditions")
+    v.at("/status/conditions")
         .and_then(Value::as_array)
         .map(Vec::as_slice)
         .unwrap_or(&[])

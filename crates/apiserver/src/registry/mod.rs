@@ -50,6 +50,7 @@ use crate::error::{ApiError, ApiResult, FieldError};
 use crate::filter::Filter;
 use crate::objects::Objects;
 use crate::watch_cache::{CachedObject, View, WatchCache};
+use capstan_api::meta::At as _;
 pub use strategy::{DefaultStrategy, Strategy};
 
 /// Options of a write request.
@@ -567,10 +568,13 @@ impl Registry {
     /// this, and the caller takes the general path). Only for built-in resources served in
     /// their storage version, whose stored form clients see; the new object passes no
     /// admission, validation or field tracking, so `f` must keep it valid (a binding).
+    /// `changes` are the selectable fields `f` sets (and all it changes of what the watch
+    /// cache indexes), so that the cache copies its entry instead of parsing the new bytes.
     pub async fn update_stored(
         &self,
         ns: &str,
         name: &str,
+        changes: &[(&str, &str)],
         mut f: impl FnMut(&[u8]) -> Option<Vec<u8>>,
     ) -> ApiResult<Option<i64>> {
         if self.view.is_some() || self.info.custom {
@@ -582,14 +586,22 @@ impl Registry {
             let Some(next) = f(&kv.value) else {
                 return Ok(None);
             };
+            let next = codec::exact(next);
+            self.cache
+                .prepare_changed(&key, kv.mod_revision, &next, changes);
             match self
                 .store
-                .update(key.as_bytes(), codec::exact(next), kv.mod_revision, 0)
+                .update(key.as_bytes(), next.clone(), kv.mod_revision, 0)
                 .await
             {
                 Ok(rev) => return Ok(Some(rev)),
-                Err(StoreError::Conflict { .. }) => continue,
-                Err(e) => return Err(ApiError::from_store(e, self.info, name)),
+                Err(e) => {
+                    self.cache.withdraw(&key, &next);
+                    match e {
+                        StoreError::Conflict { .. } => continue,
+                        e => return Err(ApiError::from_store(e, self.info, name)),
+                    }
+                }
             }
         }
         Err(ApiError::modified(self.info, name))
@@ -1003,11 +1015,11 @@ impl Registry {
             return 0;
         }
         let unscheduled = obj
-            .pointer("/spec/nodeName")
+            .at("/spec/nodeName")
             .and_then(Value::as_str)
             .is_none_or(str::is_empty);
         let finished = matches!(
-            obj.pointer("/status/phase").and_then(Value::as_str),
+            obj.at("/status/phase").and_then(Value::as_str),
             Some("Succeeded") | Some("Failed")
         );
         if unscheduled || finished {
@@ -1015,7 +1027,7 @@ impl Registry {
         }
         opts.grace_period
             .or_else(|| {
-                obj.pointer("/spec/terminationGracePeriodSeconds")
+                obj.at("/spec/terminationGracePeriodSeconds")
                     .and_then(Value::as_i64)
             })
             .unwrap_or(30)
@@ -1188,7 +1200,7 @@ fn delete_during_update(info: &ResourceInfo, obj: &Value) -> bool {
     let namespace_finalizers = info.group.is_empty()
         && info.kind == "Namespace"
         && obj
-            .pointer("/spec/finalizers")
+            .at("/spec/finalizers")
             .and_then(Value::as_array)
             .is_some_and(|f| !f.is_empty());
     no_grace && !namespace_finalizers
@@ -1235,7 +1247,7 @@ fn plan_namespace_delete(obj: &mut Value, opts: &DeleteOptions) -> Option<bool> 
         return Some(true);
     }
     let spec_finalizers = obj
-        .pointer("/spec/finalizers")
+        .at("/spec/finalizers")
         .and_then(Value::as_array)
         .is_some_and(|f| !f.is_empty());
     if spec_finalizers {

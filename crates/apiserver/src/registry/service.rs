@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 
 use super::strategy::Strategy;
 use crate::error::{ApiError, ApiResult, FieldError};
+use capstan_api::meta::At as _;
 
 /// An IPv4 range like 10.43.0.0/16.
 #[derive(Debug, Clone, Copy)]
@@ -129,13 +130,13 @@ impl ServiceStrategy {
 
 fn cluster_ips(svc: &Value) -> Vec<String> {
     let mut out: Vec<String> = svc
-        .pointer("/spec/clusterIPs")
+        .at("/spec/clusterIPs")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
         .filter_map(|v| v.as_str().map(str::to_string))
         .collect();
-    if let Some(ip) = svc.pointer("/spec/clusterIP").and_then(Value::as_str) {
+    if let Some(ip) = svc.at("/spec/clusterIP").and_then(Value::as_str) {
         if !out.iter().any(|x| x == ip) {
             out.push(ip.to_string());
         }
@@ -145,7 +146,7 @@ fn cluster_ips(svc: &Value) -> Vec<String> {
 }
 
 fn node_ports(svc: &Value) -> Vec<u16> {
-    svc.pointer("/spec/ports")
+    svc.at("/spec/ports")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
@@ -155,7 +156,7 @@ fn node_ports(svc: &Value) -> Vec<u16> {
 }
 
 fn svc_type(svc: &Value) -> &str {
-    svc.pointer("/spec/type")
+    svc.at("/spec/type")
         .and_then(Value::as_str)
         .unwrap_or("ClusterIP")
 }
@@ -170,12 +171,12 @@ impl Strategy for ServiceStrategy {
         let mut p = self.pools.lock();
         if ty != "ExternalName" {
             let requested = obj
-                .pointer("/spec/clusterIP")
+                .at("/spec/clusterIP")
                 .and_then(Value::as_str)
                 .unwrap_or("")
                 .to_string();
             let old_ip = old
-                .and_then(|o| o.pointer("/spec/clusterIP"))
+                .and_then(|o| o.at("/spec/clusterIP"))
                 .and_then(Value::as_str)
                 .unwrap_or("");
             let ip = if requested == "None" {

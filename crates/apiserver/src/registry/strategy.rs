@@ -5,6 +5,7 @@ use capstan_api::catalogue::ResourceInfo;
 use serde_json::{json, Value};
 
 use crate::error::{ApiResult, FieldError};
+use capstan_api::meta::At as _;
 
 /// What is special about one kind. Every method has a default that fits most kinds.
 pub trait Strategy: Send + Sync {
@@ -196,8 +197,8 @@ pub fn prepare_for_status_update(kind: &str, new: &mut Value, old: &Value) {
     if kind != "PersistentVolume" {
         return;
     }
-    let old_phase = old.pointer("/status/phase").cloned();
-    let old_time = old.pointer("/status/lastPhaseTransitionTime").cloned();
+    let old_phase = old.at("/status/phase").cloned();
+    let old_time = old.at("/status/lastPhaseTransitionTime").cloned();
     let Some(status) = new.get_mut("status").and_then(Value::as_object_mut) else {
         return;
     };
@@ -252,7 +253,11 @@ fn qos_class(spec: Option<&Value>) -> &'static str {
     let mut count = 0;
     for c in containers {
         count += 1;
-        let get = |what: &str, res: &str| c.pointer(&format!("/resources/{what}/{res}")).cloned();
+        let get = |what: &str, res: &str| {
+            c.get("resources")
+                .and_then(|r| r.get(what))
+                .and_then(|m| m.get(res))
+        };
         for res in ["cpu", "memory"] {
             let (req, lim) = (get("requests", res), get("limits", res));
             if req.is_some() || lim.is_some() {

@@ -8,6 +8,7 @@ use super::{
     match_conditions, optional_enum, rule_with_operations, FAILURE_POLICIES, MATCH_POLICIES,
 };
 use crate::field::FieldError;
+use crate::meta::At as _;
 use crate::validation::{arr, child, get, gofmt, idx, jstr, meta, names, s, Errs};
 
 const VALIDATION_ACTIONS: &[&str] = &["Audit", "Deny", "Warn"];
@@ -78,10 +79,7 @@ fn policy_spec(errs: &mut Errs, o: &Value, spec: &Value, p: &str) {
             &format!("must not have more than {MAX_AUDIT_ANNOTATIONS} auditAnnotations"),
         ));
     }
-    let policy_name = o
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .unwrap_or("");
+    let policy_name = o.at("/metadata/name").and_then(Value::as_str).unwrap_or("");
     let mut keys = BTreeSet::new();
     for (i, a) in audits.iter().enumerate() {
         let p = idx(&ap, i);

@@ -21,6 +21,7 @@ use serde_json::Value;
 
 use super::hooks::Endpoint;
 use crate::objects::Objects;
+use capstan_api::meta::At as _;
 
 /// The largest answer read from a webhook.
 const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
@@ -148,7 +149,7 @@ fn service_endpoint(
         .get("", "services", namespace, name)
         .ok_or_else(|| format!("service {} not found", go_quote(name)))?;
     let svc_port = svc
-        .pointer("/spec/ports")
+        .at("/spec/ports")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
@@ -161,14 +162,14 @@ fn service_endpoint(
         })?;
     let port_name = svc_port.get("name").and_then(Value::as_str).unwrap_or("");
     match svc
-        .pointer("/spec/type")
+        .at("/spec/type")
         .and_then(Value::as_str)
         .unwrap_or("ClusterIP")
     {
         "ClusterIP" | "NodePort" | "LoadBalancer" => {}
         "ExternalName" => {
             let host = svc
-                .pointer("/spec/externalName")
+                .at("/spec/externalName")
                 .and_then(Value::as_str)
                 .unwrap_or("");
             return Ok(format!("{host}:{port}"));
@@ -235,7 +236,7 @@ fn slice_addresses(
     let mut out = Vec::new();
     for slice in objects.list("discovery.k8s.io", "endpointslices", namespace) {
         if slice
-            .pointer("/metadata/labels/kubernetes.io~1service-name")
+            .at("/metadata/labels/kubernetes.io~1service-name")
             .and_then(Value::as_str)
             != Some(name)
         {
@@ -255,7 +256,7 @@ fn slice_addresses(
             .into_iter()
             .flatten()
         {
-            if ep.pointer("/conditions/ready").and_then(Value::as_bool) == Some(false) {
+            if ep.at("/conditions/ready").and_then(Value::as_bool) == Some(false) {
                 continue;
             }
             for ip in ep

@@ -12,6 +12,7 @@ use super::errors::{forbidden, internal_error};
 use super::hooks::{FailurePolicy, Hook, MatchPolicy, Rule};
 use crate::admission::Operation;
 use crate::error::ApiError;
+use capstan_api::meta::At as _;
 
 /// The request as matching sees it.
 pub struct Request<'a> {
@@ -124,9 +125,7 @@ fn match_namespace(
         && matches!(req.operation, Operation::Create | Operation::Update);
     let labels = if own {
         // The namespace being written: its new labels, which no cache has yet.
-        req.object
-            .and_then(|o| o.pointer("/metadata/labels"))
-            .cloned()
+        req.object.and_then(|o| o.at("/metadata/labels")).cloned()
     } else {
         let Some(ns) = namespace_labels(req.namespace) else {
             let mut e = ApiError::new(
@@ -137,7 +136,7 @@ fn match_namespace(
             e.details = Some(json!({"name": req.namespace, "kind": "namespaces"}));
             return Err(e);
         };
-        ns.pointer("/metadata/labels").cloned()
+        ns.at("/metadata/labels").cloned()
     };
     Ok(selector.matches_object(&json!({"metadata": {"labels": labels}})))
 }

@@ -17,6 +17,7 @@ use super::*;
 use crate::admission::Operation;
 use crate::auth::User;
 use crate::objects::MemoryObjects;
+use capstan_api::meta::At as _;
 
 /// The cluster CA (PEM) and a serving pair for `hook.hooks.svc`, `localhost` and 127.0.0.1.
 struct Certs {
@@ -199,7 +200,7 @@ async fn admit(phase_objects: Arc<MemoryObjects>, obj: &mut Value) -> ApiResult<
 }
 
 fn deny_labelled(req: &Value) -> Value {
-    if req.pointer("/object/metadata/labels/deny") == Some(&json!("yes")) {
+    if req.at("/object/metadata/labels/deny") == Some(&json!("yes")) {
         json!({"allowed": false, "status": {"code": 403, "reason": "Forbidden", "message": "configmaps labelled deny=yes are not allowed"}})
     } else {
         json!({"allowed": true})
@@ -235,7 +236,7 @@ async fn a_validating_webhook_denial_passes_its_message_through() {
 fn add_label(req: &Value) -> Value {
     assert_eq!(req["path"], json!("/mutate?timeout=10s"));
     assert_eq!(req["userInfo"]["username"], json!("alice"));
-    let patch = if req.pointer("/object/metadata/labels").is_some() {
+    let patch = if req.at("/object/metadata/labels").is_some() {
         json!([{"op": "add", "path": "/metadata/labels/mutated", "value": "true"}])
     } else {
         json!([{"op": "add", "path": "/metadata/labels", "value": {"mutated": "true"}}])
@@ -492,7 +493,7 @@ async fn reinvocable_webhooks_run_again_after_a_later_change() {
     let transport = fake(|path, req| {
         Some(match path {
             // Records how many labels it saw; changes nothing once its label is there.
-            "/first" if req.pointer("/object/metadata/labels/first").is_some() => {
+            "/first" if req.at("/object/metadata/labels/first").is_some() => {
                 json!({"allowed": true})
             }
             "/first" => patch_label("first", "1"),

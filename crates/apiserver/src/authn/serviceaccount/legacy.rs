@@ -11,6 +11,7 @@ use serde_json::{json, Map, Value};
 use super::{split_username, ObjectRef, ServiceAccountInfo, StandardClaims, LEGACY_ISSUER};
 use crate::authn::constant_time_eq;
 use crate::objects::Objects;
+use capstan_api::meta::At as _;
 
 pub const NAMESPACE_CLAIM: &str = "kubernetes.io/serviceaccount/namespace";
 pub const SECRET_NAME_CLAIM: &str = "kubernetes.io/serviceaccount/secret.name";
@@ -72,7 +73,7 @@ pub fn validate(
         return Err("token has been invalidated".into());
     }
     let stored = secret
-        .pointer("/data/token")
+        .at("/data/token")
         .and_then(Value::as_str)
         .and_then(crate::registry::base64_decode)
         .unwrap_or_default();

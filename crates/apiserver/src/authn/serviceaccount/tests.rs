@@ -11,6 +11,7 @@ use crate::authn::testutil::{
 };
 use crate::error::ApiError;
 use crate::objects::MemoryObjects;
+use capstan_api::meta::At as _;
 
 const NS: &str = "default";
 
@@ -401,7 +402,7 @@ async fn legacy_token_use_is_recorded_on_its_secret() {
     for _ in 0..100 {
         tokio::task::yield_now().await;
         let s = f.objects.get("", "secrets", NS, "builder-token").unwrap();
-        if let Some(day) = s.pointer("/metadata/labels/kubernetes.io~1legacy-token-last-used") {
+        if let Some(day) = s.at("/metadata/labels/kubernetes.io~1legacy-token-last-used") {
             assert_eq!(day, "2024-05-01");
             return;
         }

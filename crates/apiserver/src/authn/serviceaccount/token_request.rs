@@ -9,6 +9,7 @@ use serde_json::{json, Map, Value};
 use super::claims::{BoundObject, BoundSpec, ObjectRef};
 use super::ServiceAccountTokens;
 use crate::error::{ApiError, FieldError};
+use capstan_api::meta::At as _;
 
 /// Default `spec.expirationSeconds`.
 pub const DEFAULT_EXPIRATION_SECONDS: i64 = 3600;
@@ -41,7 +42,7 @@ impl ServiceAccountTokens {
             _ => return Err(decode_error("the body is not a JSON object")),
         };
         let meta = |field: &str| {
-            req.pointer(&format!("/metadata/{field}"))
+            req.at(&format!("/metadata/{field}"))
                 .and_then(Value::as_str)
                 .unwrap_or("")
                 .to_string()
@@ -148,7 +149,7 @@ impl ServiceAccountTokens {
             ("", "Pod") => {
                 let pod = get("pods", namespace)?;
                 let runs_as = pod
-                    .pointer("/spec/serviceAccountName")
+                    .at("/spec/serviceAccountName")
                     .and_then(Value::as_str)
                     .unwrap_or("");
                 if runs_as != sa_name {
@@ -158,7 +159,7 @@ impl ServiceAccountTokens {
                     )));
                 }
                 let node_name = pod
-                    .pointer("/spec/nodeName")
+                    .at("/spec/nodeName")
                     .and_then(Value::as_str)
                     .unwrap_or("");
                 // A missing Node still leaves its name in the token, for information.
