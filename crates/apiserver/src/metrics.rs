@@ -334,10 +334,9 @@ impl Store for MeteredStore {
 mod tests {
     use super::*;
 
-    #[test]
-    fn requests_render_in_prometheus_text() {
-        let m = Metrics::new();
-        let info = crate::request::RequestInfo {
+    /// GET /api/v1/namespaces/default/pods/p
+    fn get_pod() -> crate::request::RequestInfo {
+        crate::request::RequestInfo {
             is_resource: true,
             verb: "get".into(),
             version: "v1".into(),
@@ -345,7 +344,13 @@ mod tests {
             namespace: "default".into(),
             name: "p".into(),
             ..Default::default()
-        };
+        }
+    }
+
+    #[test]
+    fn requests_render_in_prometheus_text() {
+        let m = Metrics::new();
+        let info = get_pod();
         m.request(&info, 200, Duration::from_millis(3));
         {
             let _f = m.in_flight(true);
@@ -364,15 +369,7 @@ mod tests {
     #[test]
     fn each_series_counts_its_codes_and_only_its_own_requests() {
         let m = Metrics::new();
-        let get = crate::request::RequestInfo {
-            is_resource: true,
-            verb: "get".into(),
-            version: "v1".into(),
-            resource: "pods".into(),
-            namespace: "default".into(),
-            name: "p".into(),
-            ..Default::default()
-        };
+        let get = get_pod();
         let watch = crate::request::RequestInfo {
             verb: "watch".into(),
             name: String::new(),
