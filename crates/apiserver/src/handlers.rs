@@ -726,11 +726,7 @@ impl WatchStream {
 /// reference on it (its count is touched by every watcher on every core).
 fn frame(reg: &Registry, item: &WatchItem, output: Output, trim: bool, out: &mut BytesMut) {
     let bytes = match output {
-        Output::Json => {
-            return item
-                .event
-                .write_frame_trimmed(reg.view(), item.kind, trim, out)
-        }
+        Output::Json => return item.event.write_frame(reg.view(), item.kind, trim, out),
         Output::Table(include) => {
             let v: Value = item.event.obj.value().unwrap_or(Value::Null);
             let t = table_of(

@@ -5,27 +5,20 @@
 /// The members of the JSON object in `json`: each key's bytes between its quotes (still
 /// escaped) and its value's bytes. None when `json` is not one well-formed object.
 pub fn members(json: &[u8]) -> Option<Vec<(&[u8], &[u8])>> {
-    Some(
-        member_spans(json)?
-            .into_iter()
-            .map(|m| (&json[m.key.clone()], &json[m.value.clone()]))
-            .collect(),
-    )
+    let mut it = Members::new(json)?;
+    let out = it
+        .by_ref()
+        .map(|m| (&json[m.key], &json[m.value]))
+        .collect();
+    it.complete.then_some(out)
 }
 
 /// Where one member of an object is in its JSON.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 struct Span {
     /// The key's bytes between its quotes.
     key: std::ops::Range<usize>,
     value: std::ops::Range<usize>,
-}
-
-/// [`members`] as byte ranges of `json`.
-fn member_spans(json: &[u8]) -> Option<Vec<Span>> {
-    let mut it = Members::new(json)?;
-    let out: Vec<Span> = it.by_ref().collect();
-    it.complete.then_some(out)
 }
 
 /// The members of an object one by one, each scanned only when asked for: a caller that

@@ -311,13 +311,9 @@ impl CacheEvent {
     /// in, as cheap as copying a frame made once): a frame kept on the event held a second copy
     /// of every object in the window and in the watchers' queues (18 % of the heap at the peak
     /// of the density test's rollout).
-    pub fn write_frame(&self, view: Option<View>, as_type: EventType, out: &mut bytes::BytesMut) {
-        self.write_frame_trimmed(view, as_type, false, out)
-    }
-
-    /// [`CacheEvent::write_frame`], the object without its `metadata.managedFields` when
-    /// `without_managed_fields`.
-    pub fn write_frame_trimmed(
+    ///
+    /// The object goes without its `metadata.managedFields` when `without_managed_fields`.
+    pub fn write_frame(
         &self,
         view: Option<View>,
         as_type: EventType,
@@ -621,7 +617,13 @@ impl WatchCache {
     /// `value`), before the write, so that applying the write's event need not parse it again.
     /// A write that fails takes its offer back with [`WatchCache::withdraw`].
     pub fn prepare(&self, key: &str, value: &Value, stored: &Bytes) {
-        let obj = CachedObject::from_value(self.info, value, stored.clone(), 0);
+        self.offer(
+            key,
+            CachedObject::from_value(self.info, value, stored.clone(), 0),
+        );
+    }
+
+    fn offer(&self, key: &str, obj: CachedObject) {
         let mut prepared = self.prepared.lock();
         if prepared.len() >= MAX_PREPARED {
             // Offers of writes whose events never came (the cache relisted meanwhile).
@@ -642,11 +644,7 @@ impl WatchCache {
                 _ => return,
             }
         };
-        let mut prepared = self.prepared.lock();
-        if prepared.len() >= MAX_PREPARED {
-            prepared.clear();
-        }
-        prepared.insert(key.to_string(), obj);
+        self.offer(key, obj);
     }
 
     /// Take back the offer of a write that did not happen.
@@ -1005,7 +1003,9 @@ mod tests {
         assert_eq!(items.len(), 2);
         assert_eq!(items[1].kind, EventType::Deleted);
         let mut out = bytes::BytesMut::new();
-        items[1].event.write_frame(None, items[1].kind, &mut out);
+        items[1]
+            .event
+            .write_frame(None, items[1].kind, false, &mut out);
         let frame: Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(frame["type"], "DELETED");
         assert_eq!(frame["object"]["metadata"]["resourceVersion"], "9");
