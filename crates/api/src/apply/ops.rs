@@ -190,6 +190,13 @@ impl CmpNode {
 }
 
 fn compare_at(ty: Ty<'_>, l: Option<&Value>, r: Option<&Value>) -> CmpOut {
+    // Equal values differ nowhere below: one plain equality walk instead of building paths
+    // through the whole subtree (a status write leaves spec and metadata as they were).
+    if let (Some(a), Some(b)) = (l, r) {
+        if a == b {
+            return CmpOut::default();
+        }
+    }
     let atom = resolve(ty);
     let al = deduce(atom, l);
     let ar = deduce(atom, r);

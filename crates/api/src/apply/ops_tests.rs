@@ -269,6 +269,35 @@ fn compare_associative_lists_marks_added_items() {
     assert!(c.removed.is_empty());
 }
 
+#[test]
+fn compare_finds_only_the_change_among_equal_subtrees() {
+    let s = associative();
+    // Equal siblings (duplicate keys in the list, an atomic map) around one changed number.
+    let same = json!([{"key": "a", "id": 1, "nv": 1}, {"key": "a", "id": 1, "nv": 1},
+                      {"key": "b", "id": 2, "value": {"x": "y"}}]);
+    let lhs = json!({"list": same, "atomicMap": {"k": "v"}, "atomicList": ["p"]});
+    let c = compare(ty(&s), &lhs, &lhs.clone());
+    assert!(c.removed.is_empty() && c.modified.is_empty() && c.added.is_empty());
+    let mut rhs = lhs.clone();
+    rhs["list"][2]["value"]["x"] = json!("z");
+    let c = compare(ty(&s), &lhs, &rhs);
+    assert_eq!(
+        c.modified,
+        set(&[&[f("list"), key("b", 2), f("value"), f("x")]])
+    );
+    assert!(c.removed.is_empty() && c.added.is_empty());
+    // Changed duplicates are one modified item, as before.
+    rhs["list"][1]["nv"] = json!(3);
+    let c = compare(ty(&s), &lhs, &rhs);
+    assert_eq!(
+        c.modified,
+        set(&[
+            &[f("list"), key("a", 1)],
+            &[f("list"), key("b", 2), f("value"), f("x")]
+        ])
+    );
+}
+
 fn check_merges(s: &Schemas, cases: &[(Value, Value, Value)]) {
     for (lhs, rhs, out) in cases {
         let got = merge(ty(s), lhs, rhs).unwrap();
