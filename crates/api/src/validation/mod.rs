@@ -146,6 +146,21 @@ pub fn validate_subresource_update(
         }
         return errs;
     }
+    if (group, kind, subresource) == ("", "Pod", "status") {
+        // Kubernetes' pod status strategy: the metadata and what a status write may change,
+        // not the spec it cannot.
+        let mut meta_errs = Vec::new();
+        let md = new.get("metadata");
+        meta::object_meta(&mut meta_errs, md, true, name_rule(group, kind), "metadata");
+        meta_errs.retain(|e| e.field != "metadata.name" && e.field != "metadata.generateName");
+        for e in meta_errs {
+            if !errs.contains(&e) {
+                errs.push(e);
+            }
+        }
+        pod_update::pod_status_update(&mut errs, new, old);
+        return errs;
+    }
     match group {
         "" => match kind {
             "Pod" => pod_update::pod_update(&mut errs, new, old),

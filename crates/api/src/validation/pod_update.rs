@@ -241,3 +241,119 @@ fn diff(old: &Value, new: &Value) -> String {
     lines.push("  }".to_string());
     lines.join("\n") + "\n"
 }
+
+/// `ValidatePodStatusUpdate` (metadata update rules are checked by the caller): a status write
+/// cannot change the spec (the status strategy keeps the old one), so the spec is not
+/// validated again; what is checked is what the write may change.
+pub fn pod_status_update(errs: &mut Errs, new: &Value, old: &Value) {
+    annotation_updates(errs, new, old);
+    let empty = Value::Null;
+    let status = new.get("status").unwrap_or(&empty);
+    let old_status = old.get("status").unwrap_or(&empty);
+    // System conditions aside, a condition's type is a qualified name (reported under
+    // `metadata`, as Kubernetes does).
+    for (i, c) in arr(status, "conditions").iter().enumerate() {
+        let t = s(c, "type");
+        if ["PodScheduled", "Ready", "Initialized"].contains(&t) {
+            continue;
+        }
+        for msg in super::names::qualified_name(t) {
+            errs.push(FieldError::invalid(
+                format!("metadata.conditions[{i}].Type"),
+                &jstr(t),
+                &msg,
+            ));
+        }
+    }
+    if new.at("/spec/nodeName") != old.at("/spec/nodeName") {
+        errs.push(FieldError::forbidden(
+            "status.nodeName",
+            "may not be changed directly",
+        ));
+    }
+    let nominated = s(status, "nominatedNodeName");
+    if !nominated.is_empty() && nominated != s(old_status, "nominatedNodeName") {
+        for msg in super::names::name_is_dns_subdomain(nominated, false) {
+            errs.push(FieldError::invalid(
+                "status.nominatedNodeName",
+                &jstr(nominated),
+                &msg,
+            ));
+        }
+    }
+    let old_spec = old.get("spec").unwrap_or(&empty);
+    let policy = match s(old_spec, "restartPolicy") {
+        "" => "Always",
+        p => p,
+    };
+    let restartable_init = |name: &str| {
+        arr(old_spec, "initContainers")
+            .iter()
+            .find(|c| s(c, "name") == name)
+            .is_some_and(|c| s(c, "restartPolicy") == "Always")
+    };
+    for (list, policy) in [
+        ("containerStatuses", policy),
+        ("initContainerStatuses", policy),
+        ("ephemeralContainerStatuses", "Never"),
+    ] {
+        if policy == "Always" {
+            continue;
+        }
+        let new_statuses = arr(status, list);
+        for (i, o) in arr(old_status, list).iter().enumerate() {
+            let Some(term) = o.at("/state/terminated") else {
+                continue;
+            };
+            let code = term.get("exitCode").and_then(Value::as_i64).unwrap_or(0);
+            if code != 0 && policy == "OnFailure" {
+                continue;
+            }
+            if list == "initContainerStatuses" && restartable_init(s(o, "name")) {
+                continue;
+            }
+            for n in new_statuses {
+                if s(n, "name") == s(o, "name") && n.at("/state/terminated").is_none() {
+                    errs.push(FieldError::forbidden(
+                        format!("status.{list}[{i}].state"),
+                        "may not be transitioned to non-terminated state",
+                    ));
+                }
+            }
+        }
+    }
+    for list in ["podIPs", "hostIPs"] {
+        ips(errs, arr(status, list), &format!("status.{list}"));
+    }
+}
+
+/// A pod's IPs (or its host's): each an IP address; more than one only as one per family,
+/// none twice.
+fn ips(errs: &mut Errs, list: &[Value], path: &str) {
+    let addrs: Vec<&str> = list.iter().map(|ip| s(ip, "ip")).collect();
+    for (i, ip) in addrs.iter().enumerate() {
+        if !super::names::is_ip(ip) {
+            errs.push(FieldError::invalid(
+                idx(path, i),
+                &jstr(ip),
+                "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)",
+            ));
+        }
+    }
+    if addrs.len() < 2 {
+        return;
+    }
+    let v6 = addrs.iter().filter(|ip| ip.contains(':')).count();
+    if addrs.len() > 2 || v6 != 1 {
+        errs.push(FieldError::invalid(
+            path,
+            &Value::Array(list.to_vec()),
+            "may specify no more than one IP for each IP family",
+        ));
+    }
+    for (i, ip) in addrs.iter().enumerate() {
+        if addrs[..i].contains(ip) {
+            errs.push(FieldError::duplicate(idx(path, i), &list[i]));
+        }
+    }
+}

@@ -816,3 +816,62 @@ fn daemon_set_rules_match_kubernetes() {
         vec!["spec.updateStrategy.rollingUpdate.maxSurge: Invalid value: intstr.IntOrString{Type:1, IntVal:0, StrVal:\"200%\"}: must not be greater than 100%".to_string()]
     );
 }
+
+#[test]
+fn pod_status_writes_check_the_status_not_the_spec() {
+    let check_status = |old: &Value, new: &Value| {
+        messages(&validate_subresource_update("", "Pod", "status", new, old))
+    };
+    // A spec today's rules reject (an upper-case container name) does not block a status
+    // write, which cannot change it; the metadata the write brings is still checked.
+    let mut old = json!({"metadata": {"name": "p", "namespace": "default", "uid": "u", "resourceVersion": "5"},
+        "spec": {"restartPolicy": "Never", "nodeName": "n1",
+                 "containers": [{"name": "Bad_Name", "image": "busybox"}],
+                 "initContainers": [{"name": "side", "image": "busybox", "restartPolicy": "Always"}]},
+        "status": {"phase": "Running",
+                   "containerStatuses": [{"name": "Bad_Name", "state": {"terminated": {"exitCode": 0}}}],
+                   "initContainerStatuses": [{"name": "side", "state": {"terminated": {"exitCode": 0}}}]}});
+    defaults::apply("", "Pod", &mut old);
+    let mut new = old.clone();
+    new["status"]["podIPs"] = json!([{"ip": "10.0.0.1"}, {"ip": "fd00::1"}]);
+    assert_eq!(check_status(&old, &new), Vec::<String>::new());
+    assert!(!messages(&validate_subresource_update("", "Pod", "", &new, &old)).is_empty());
+    new["metadata"]["labels"] = json!({"bad label": "x"});
+    assert_eq!(
+        check_status(&old, &new).len(),
+        1,
+        "{:?}",
+        check_status(&old, &new)
+    );
+    // What a status write can get wrong.
+    let mut new = old.clone();
+    new["status"]["podIPs"] = json!([{"ip": "10.0.0.1"}, {"ip": "10.0.0.1"}, {"ip": "nope"}]);
+    new["status"]["hostIPs"] = json!([{"ip": "10.1.0.1"}, {"ip": "fd00::2"}]);
+    new["status"]["nominatedNodeName"] = json!("Not_A_Node");
+    new["status"]["conditions"] =
+        json!([{"type": "Ready", "status": "True"}, {"type": "bad type!", "status": "True"}]);
+    new["status"]["containerStatuses"] = json!([{"name": "Bad_Name", "state": {"running": {}}}]);
+    new["status"]["initContainerStatuses"] = json!([{"name": "side", "state": {"running": {}}}]);
+    let errs = check_status(&old, &new);
+    let fields: Vec<&str> = errs.iter().map(|e| e.split(':').next().unwrap()).collect();
+    assert_eq!(
+        fields,
+        [
+            "metadata.conditions[1].Type",
+            "status.nominatedNodeName",
+            "status.containerStatuses[0].state",
+            "status.podIPs[2]",
+            "status.podIPs",
+            "status.podIPs[1]",
+        ],
+        "{errs:#?}"
+    );
+    assert!(errs[2].ends_with("Forbidden: may not be transitioned to non-terminated state"));
+    assert!(errs[4].ends_with("may specify no more than one IP for each IP family"));
+    assert!(errs[5].starts_with("status.podIPs[1]: Duplicate value"));
+    // A pod that restarts its containers may bring them back.
+    old["spec"]["restartPolicy"] = json!("Always");
+    let mut new = old.clone();
+    new["status"]["containerStatuses"] = json!([{"name": "Bad_Name", "state": {"running": {}}}]);
+    assert_eq!(check_status(&old, &new), Vec::<String>::new());
+}
