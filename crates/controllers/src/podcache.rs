@@ -127,6 +127,43 @@ impl Times {
     }
 }
 
+/// What a filter can read of a cached pod without rebuilding it (see
+/// `Informer::for_each_passing`); None for a pod the cache keeps whole.
+pub(crate) fn peek(p: &dyn Packed<Pod>) -> Option<Peek<'_>> {
+    (p as &dyn std::any::Any)
+        .downcast_ref::<PackedPod>()
+        .map(|p| Peek(p))
+}
+
+/// A cached pod, read in place.
+pub(crate) struct Peek<'a>(&'a PackedPod);
+
+impl Peek<'_> {
+    /// `status.phase` ("" when unset).
+    pub fn phase(&self) -> &str {
+        self.0
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.as_deref())
+            .unwrap_or("")
+    }
+
+    /// Whether `metadata.deletionTimestamp` is set (the second of [`holes`]' times).
+    pub fn deleting(&self) -> bool {
+        self.0.times.get(1).is_some()
+    }
+
+    /// `spec.nodeName` ("" when unset).
+    pub fn node_name(&self) -> &str {
+        self.0.node_name.as_deref().unwrap_or("")
+    }
+
+    /// The uid of the pod's controller, if it has one.
+    pub fn controller_uid(&self) -> Option<&str> {
+        crate::util::controller_ref(&self.0.meta).map(|r| r.uid.as_str())
+    }
+}
+
 impl Packed<Pod> for PackedPod {
     fn unpack(&self, namespace: &str, name: &str) -> Pod {
         let mut metadata = (*self.meta).clone();
@@ -277,6 +314,48 @@ mod tests {
     fn trimmed(mut p: Pod) -> Pod {
         trim_pod(&mut p);
         p
+    }
+
+    #[test]
+    fn a_peek_reads_what_the_rebuilt_pod_says() {
+        let mut deleting = running(
+            "web-d",
+            "6f1c2e9a-0d6b-4f55-8a8e-1b2c3d4e5f61",
+            "10.1.0.7",
+            "n3",
+        );
+        deleting.metadata.deletion_timestamp = deleting.metadata.creation_timestamp.clone();
+        deleting.status.as_mut().unwrap().phase = Some("Succeeded".into());
+        let mut orphan = running(
+            "web-o",
+            "6f1c2e9a-0d6b-4f55-8a8e-1b2c3d4e5f62",
+            "10.1.0.8",
+            "",
+        );
+        orphan.metadata.owner_references = None;
+        orphan.spec.as_mut().unwrap().node_name = None;
+        for p in [
+            running(
+                "web-a",
+                "6f1c2e9a-0d6b-4f55-8a8e-1b2c3d4e5f60",
+                "10.1.0.5",
+                "n1",
+            ),
+            deleting,
+            orphan,
+            pod(json!({"metadata": {"name": "bare"}})),
+        ] {
+            let packed = pack(&p);
+            let peek = peek(packed.as_ref()).expect("a packed pod");
+            let back = packed.unpack("ns", p.metadata.name.as_deref().unwrap());
+            let phase = back.status.as_ref().and_then(|s| s.phase.as_deref());
+            assert_eq!(peek.phase(), phase.unwrap_or(""));
+            assert_eq!(peek.deleting(), back.metadata.deletion_timestamp.is_some());
+            let node = back.spec.as_ref().and_then(|s| s.node_name.as_deref());
+            assert_eq!(peek.node_name(), node.unwrap_or(""));
+            let owner = crate::util::controller_ref(&back.metadata).map(|r| r.uid.as_str());
+            assert_eq!(peek.controller_uid(), owner);
+        }
     }
 
     #[test]

@@ -133,7 +133,15 @@ impl Controller {
             .filter_map(|n| n.metadata.name.clone())
             .collect();
         let mut pods = Vec::new();
-        self.pods.for_each(|p| {
+        let candidate = |p: &dyn capstan_runtime::informer::Packed<Pod>| {
+            crate::podcache::peek(p).is_none_or(|p| {
+                let node = p.node_name();
+                !matches!(p.phase(), "Pending" | "Running" | "Unknown")
+                    || p.deleting()
+                    || (!node.is_empty() && !nodes.contains(node))
+            })
+        };
+        self.pods.for_each_passing(candidate, |p| {
             let node = node_name(p);
             if is_terminated(p)
                 || p.metadata.deletion_timestamp.is_some()

@@ -515,7 +515,16 @@ impl<K: Owner> Controller<K> {
         let mut claimed = Census::default();
         let mut adopt = Vec::new();
         let mut release = Vec::new();
-        self.pods.for_each_in(&ns, |p| {
+        // Only active pods this owner controls or no one does can be claimed: the others of
+        // the namespace are not rebuilt from the cache.
+        let candidate = |p: &dyn capstan_runtime::informer::Packed<Pod>| {
+            crate::podcache::peek(p).is_none_or(|p| {
+                !matches!(p.phase(), "Succeeded" | "Failed")
+                    && !p.deleting()
+                    && p.controller_uid().is_none_or(|u| u == uid)
+            })
+        };
+        self.pods.for_each_in_passing(&ns, candidate, |p| {
             if !util::is_pod_active(p) {
                 return;
             }

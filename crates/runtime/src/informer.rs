@@ -38,7 +38,7 @@ type Handler<K> = Box<dyn Fn(&Change<'_, K>) + Send + Sync>;
 /// A compact form of a cached object. An informer of a type cached in great numbers (the
 /// controller manager's pods) can keep this instead of the object and rebuild the object on
 /// every read: reads cost a rebuild, the cache costs a fraction of the objects' size.
-pub trait Packed<K>: Send + Sync {
+pub trait Packed<K>: Send + Sync + std::any::Any {
     /// The object again. `namespace` and `name` are its cache keys, so need not be kept twice.
     fn unpack(&self, namespace: &str, name: &str) -> K;
 }
@@ -52,11 +52,26 @@ enum Slot<K> {
     Packed(Box<dyn Packed<K>>),
 }
 
-impl<K> Slot<K> {
+impl<K: 'static> Slot<K> {
     fn load(&self, namespace: &str, name: &str) -> Arc<K> {
         match self {
             Slot::Full(o) => o.clone(),
             Slot::Packed(p) => Arc::new(p.unpack(namespace, name)),
+        }
+    }
+}
+
+fn visit_passing<K: 'static>(
+    namespace: &str,
+    names: &Names<K>,
+    pass: &impl Fn(&dyn Packed<K>) -> bool,
+    f: &mut impl FnMut(&Arc<K>),
+) {
+    for (n, o) in names {
+        match o {
+            Slot::Full(o) => f(o),
+            Slot::Packed(p) if pass(p.as_ref()) => f(&Arc::new(p.unpack(namespace, n))),
+            Slot::Packed(_) => {}
         }
     }
 }
@@ -156,6 +171,32 @@ impl<K: Resource + Send + Sync + 'static> Informer<K> {
             for (n, o) in m {
                 f(&o.load(namespace, n));
             }
+        }
+    }
+
+    /// [`Informer::for_each`] of the objects `pass` lets through, rebuilding only those:
+    /// `pass` sees an object's packed form (one kept whole is always visited), so a filter
+    /// on what the packed form tells spares rebuilding the rest.
+    pub fn for_each_passing(
+        &self,
+        pass: impl Fn(&dyn Packed<K>) -> bool,
+        mut f: impl FnMut(&Arc<K>),
+    ) {
+        for (ns, m) in self.cache.read().iter() {
+            visit_passing(ns, m, &pass, &mut f);
+        }
+    }
+
+    /// [`Informer::for_each_in`] of the objects `pass` lets through (see
+    /// [`Informer::for_each_passing`]).
+    pub fn for_each_in_passing(
+        &self,
+        namespace: &str,
+        pass: impl Fn(&dyn Packed<K>) -> bool,
+        mut f: impl FnMut(&Arc<K>),
+    ) {
+        if let Some(m) = self.cache.read().get(namespace) {
+            visit_passing(namespace, m, &pass, &mut f);
         }
     }
 
@@ -454,5 +495,48 @@ mod tests {
         inf.for_each(|_| n += 1);
         assert_eq!(n, 1);
         assert_eq!((inf.len_in("ns"), inf.len_in("other")), (1, 0));
+    }
+
+    #[tokio::test]
+    async fn a_filter_on_the_packed_form_rebuilds_only_what_passes() {
+        let inf = Arc::new(Informer::<ConfigMap>::packed(|c| {
+            Box::new(DataOnly(c.data.clone()))
+        }));
+        let events = vec![
+            Ok(Event::Init),
+            Ok(Event::InitApply(cm("a", "keep"))),
+            Ok(Event::InitApply(cm("b", "skip"))),
+            Ok(Event::InitApply(cm("c", "keep"))),
+            Ok(Event::InitDone),
+        ];
+        inf.clone().run(futures::stream::iter(events), None).await;
+        let looked = std::sync::atomic::AtomicUsize::new(0);
+        let pass = |p: &dyn Packed<ConfigMap>| {
+            looked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let d = (p as &dyn std::any::Any)
+                .downcast_ref::<DataOnly>()
+                .unwrap();
+            d.0.as_ref().unwrap()["k"] == "keep"
+        };
+        let mut names = Vec::new();
+        inf.for_each_in_passing("ns", pass, |o| names.push(o.metadata.name.clone().unwrap()));
+        names.sort();
+        assert_eq!(names, ["a", "c"]);
+        let mut all = 0;
+        inf.for_each_passing(pass, |_| all += 1);
+        assert_eq!(all, 2);
+        assert_eq!(looked.load(std::sync::atomic::Ordering::Relaxed), 6);
+        inf.for_each_in_passing("other", pass, |_| panic!("nothing cached there"));
+        // Objects kept whole are always visited.
+        let whole = Arc::new(Informer::<ConfigMap>::new());
+        let events = vec![
+            Ok(Event::Init),
+            Ok(Event::InitApply(cm("a", "skip"))),
+            Ok(Event::InitDone),
+        ];
+        whole.clone().run(futures::stream::iter(events), None).await;
+        let mut n = 0;
+        whole.for_each_passing(|_| false, |_| n += 1);
+        assert_eq!(n, 1);
     }
 }
