@@ -132,7 +132,7 @@ impl Times {
 pub(crate) fn peek(p: &dyn Packed<Pod>) -> Option<Peek<'_>> {
     (p as &dyn std::any::Any)
         .downcast_ref::<PackedPod>()
-        .map(|p| Peek(p))
+        .map(Peek)
 }
 
 /// A cached pod, read in place.
