@@ -139,11 +139,7 @@ pub fn validate_subresource_update(
         meta::object_meta(&mut new_errs, md, false, name_rule(group, kind), "metadata");
         new_errs.retain(|e| e.field != "metadata.name" && e.field != "metadata.generateName");
         admissionregistration::validate(&mut new_errs, kind, new, Some(old));
-        for e in new_errs {
-            if !errs.contains(&e) {
-                errs.push(e);
-            }
-        }
+        add_unique(&mut errs, new_errs);
         return errs;
     }
     if (group, kind, subresource) == ("", "Pod", "status") {
@@ -153,11 +149,7 @@ pub fn validate_subresource_update(
         let md = new.get("metadata");
         meta::object_meta(&mut meta_errs, md, true, name_rule(group, kind), "metadata");
         meta_errs.retain(|e| e.field != "metadata.name" && e.field != "metadata.generateName");
-        for e in meta_errs {
-            if !errs.contains(&e) {
-                errs.push(e);
-            }
-        }
+        add_unique(&mut errs, meta_errs);
         pod_update::pod_status_update(&mut errs, new, old);
         return errs;
     }
@@ -180,12 +172,18 @@ pub fn validate_subresource_update(
     if group == "batch" && kind == "CronJob" {
         cron::relax_tz_on_update(&mut new_errs, new, old);
     }
-    for e in new_errs {
+    add_unique(&mut errs, new_errs);
+    errs
+}
+
+/// Append the errors `errs` does not already report (an update's checks of the new object
+/// repeat some of the update rules' findings).
+fn add_unique(errs: &mut Errs, more: Vec<FieldError>) {
+    for e in more {
         if !errs.contains(&e) {
             errs.push(e);
         }
     }
-    errs
 }
 
 /// The rule names of `group`/`kind` follow, as Kubernetes' `ValidateObjectMeta` applies it.
