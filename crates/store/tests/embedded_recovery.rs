@@ -131,6 +131,96 @@ async fn a_torn_final_record_is_cut_off() {
     );
 }
 
+/// The segment being written is kept ahead of its data with zeros; a clean close cuts them off,
+/// and a crash that leaves them (or a write cut short over them) loses nothing acknowledged.
+#[tokio::test]
+async fn zeros_ahead_of_the_log_are_read_as_its_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let before = {
+        let s = small(dir.path(), 64 << 20);
+        churn(&s, 100).await;
+        let wal = files(dir.path(), "wal-").pop().unwrap();
+        let open = fs::read(&wal).unwrap();
+        let state = everything(&s).await;
+        drop(s);
+        let closed = fs::read(&wal).unwrap();
+        assert!(
+            open.len() >= 4 << 20,
+            "while open the segment holds {} bytes for {} of data",
+            open.len(),
+            closed.len()
+        );
+        assert_eq!(&open[..closed.len()], &closed[..]);
+        assert!(open[closed.len()..].iter().all(|&b| b == 0));
+        state
+    };
+    let wal = files(dir.path(), "wal-").pop().unwrap();
+    let data_len = fs::metadata(&wal).unwrap().len();
+    let crash = |tail: &[u8]| {
+        let mut f = OpenOptions::new().append(true).open(&wal).unwrap();
+        f.write_all(tail).unwrap();
+        f.write_all(&vec![0u8; 64 << 10]).unwrap();
+    };
+
+    // A crash with the zeros still there.
+    crash(&[]);
+    let s = small(dir.path(), 64 << 20);
+    assert_eq!(everything(&s).await, before);
+    drop(s);
+    assert_eq!(fs::metadata(&wal).unwrap().len(), data_len);
+
+    // A write cut short over the zeros: a record announcing 2,000 bytes that has only 600,
+    // with a checksum that cannot match.
+    let mut torn = 2000u32.to_le_bytes().to_vec();
+    torn.extend_from_slice(&[0xab; 4]);
+    torn.extend(std::iter::repeat_n(7u8, 600));
+    crash(&torn);
+    let s = small(dir.path(), 64 << 20);
+    assert_eq!(everything(&s).await, before);
+    drop(s);
+    assert_eq!(fs::metadata(&wal).unwrap().len(), data_len, "the torn write is gone");
+
+    // A write whose first sectors never reached the disk: zeros, then the rest of it.
+    let mut late = vec![0u8; 1024];
+    late.extend(std::iter::repeat_n(9u8, 700));
+    crash(&late);
+    let s = small(dir.path(), 64 << 20);
+    assert_eq!(everything(&s).await, before);
+    // Writing goes on where the data ended, and survives a reopen.
+    let rev = s.create(b"/after-crash", Bytes::from("a"), 0).await.unwrap();
+    assert_eq!(rev, before.1 + 1);
+    drop(s);
+    let s = small(dir.path(), 64 << 20);
+    let (kvs, last) = everything(&s).await;
+    assert_eq!(last, rev);
+    assert_eq!(kvs.len(), before.0.len() + 1);
+}
+
+/// A record that fails its checksum with whole records after it is damage, not a torn write,
+/// even in the last segment: the open fails and nothing is cut off.
+#[tokio::test]
+async fn a_bad_record_before_others_is_not_taken_for_a_torn_write() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let s = small(dir.path(), 64 << 20);
+        churn(&s, 100).await;
+    }
+    let wal = files(dir.path(), "wal-").pop().unwrap();
+    let mut data = fs::read(&wal).unwrap();
+    // The first record's payload (after the 8-byte magic and its 8-byte header).
+    data[20] ^= 0x01;
+    let mut f = OpenOptions::new().write(true).open(&wal).unwrap();
+    f.write_all(&data).unwrap();
+    f.write_all(&vec![0u8; 8192]).unwrap();
+    drop(f);
+    match EmbeddedStore::open(dir.path()) {
+        Err(StoreError::Corrupt(msg)) => assert!(msg.contains("at byte 8"), "{msg}"),
+        Err(e) => panic!("expected Corrupt, got {e}"),
+        Ok(_) => panic!("a corrupt log opened silently"),
+    }
+    assert_eq!(fs::metadata(&wal).unwrap().len(), data.len() as u64 + 8192);
+}
+
 #[tokio::test]
 async fn a_corrupt_record_fails_the_open_naming_the_file() {
     let dir = tempfile::tempdir().unwrap();

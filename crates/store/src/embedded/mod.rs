@@ -22,7 +22,11 @@
 //!   LE`, then `len` bytes of payload whose first byte is the kind (see [`record::Record`]):
 //!   1 put (`rev, lease, key_len: u32, key, value`), 2 delete (`rev, key`), 3 lease grant
 //!   (`id, ttl_ms`), 4 lease revoke (`id`), 5 compact (`rev`); integers are i64 LE unless
-//!   noted. Revisions in puts and deletes follow each other by exactly one.
+//!   noted. Revisions in puts and deletes follow each other by exactly one. The segment being
+//!   written is kept ahead of its records with zeros (a sixteenth of `segment_bytes`, at most
+//!   4 MiB, at a time), so that each batch's `fdatasync` overwrites blocks the file already has
+//!   instead of growing it (no journal commit per batch); an all-zero frame header ends the
+//!   records, and a clean close or a rotation cuts the zeros off.
 //! - `snap-<rev>.snap`: the live keys at revision `rev`. `CAPSNP1\n`, then lease-grant records,
 //!   live-key records (kind 6: `create_rev, mod_rev, version, lease, key_len: u32, key,
 //!   value`), and a final kind-7 record (`rev, compacted, next_segment, record_count`) without
@@ -36,9 +40,11 @@
 //! plus at most two segments of about that size.
 //!
 //! Opening loads the newest snapshot and replays the segments from its `next_segment` on. A
-//! record cut short at the very end of the last segment (a crash during a write, never
-//! acknowledged) is cut off with a warning; any other damage — a bad checksum before the end, a
-//! missing segment, a revision gap, a bad header — fails the open with `Corrupt` naming the file.
+//! write cut short at the end of the last segment (a crash during a write, never acknowledged:
+//! a record running past the end of the file, or failing its checksum where only zeros follow
+//! or where a whole sector of it is still zeros) is cut off with a warning; any other damage —
+//! a bad checksum before the end, a missing segment, a revision gap, a bad header — fails the
+//! open with `Corrupt` naming the file.
 
 mod commit;
 mod disk;
@@ -105,7 +111,8 @@ impl EmbeddedStore {
     }
 
     pub fn open_with(opts: Options) -> Result<Self> {
-        let (mvcc, disk) = disk::open(&opts.dir, opts.retention)?;
+        let chunk = disk::prealloc_chunk(opts.segment_bytes);
+        let (mvcc, disk) = disk::open(&opts.dir, opts.retention, chunk)?;
         let (published, _) = watch::channel(mvcc.published());
         let shared = Arc::new(Shared {
             mvcc: RwLock::new(mvcc),
