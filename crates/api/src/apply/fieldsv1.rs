@@ -123,6 +123,65 @@ pub fn decode(fields: &Value) -> Result<FieldSet, FieldsError> {
     }
 }
 
+/// Whether stored FieldsV1 and `set` have a path in common, without decoding the FieldsV1:
+/// only the nodes `set` reaches are read (the same answer as decoding and intersecting).
+pub(crate) fn intersects(fields: &Map<String, Value>, set: &FieldSet) -> Result<bool, FieldsError> {
+    if set.members().is_empty() && set.children().is_empty() {
+        return Ok(false);
+    }
+    for (key, value) in fields {
+        if key == "." {
+            continue;
+        }
+        let Some(pe) = parse_element(key)? else {
+            continue;
+        };
+        let member = set.has_member(&pe);
+        let below = set.child(&pe);
+        if !member && below.is_none() {
+            continue;
+        }
+        match value {
+            Value::Null => {
+                if member {
+                    return Ok(true);
+                }
+            }
+            Value::Object(inner) => {
+                if member && node_is_member(inner)? {
+                    return Ok(true);
+                }
+                if let Some(below) = below {
+                    if intersects(inner, below)? {
+                        return Ok(true);
+                    }
+                }
+            }
+            other => {
+                return Err(FieldsError(format!(
+                    "value of {key:?} must be a JSON object, found {}",
+                    kind_name(other)
+                )))
+            }
+        }
+    }
+    Ok(false)
+}
+
+/// Whether a FieldsV1 node is itself in the set: it says so with `"."`, or has no known
+/// children (as [`decode_node`] reads it).
+fn node_is_member(m: &Map<String, Value>) -> Result<bool, FieldsError> {
+    if m.contains_key(".") {
+        return Ok(true);
+    }
+    for key in m.keys() {
+        if parse_element(key)?.is_some() {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
 fn kind_name(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",

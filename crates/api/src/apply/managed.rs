@@ -121,11 +121,15 @@ impl Managed {
 
     /// Decode a managedFields array (null is no entries).
     pub(crate) fn decode_entries(entries: &Value) -> Result<Managed, String> {
-        let list = match entries {
-            Value::Null => return Ok(Managed::new()),
-            Value::Array(a) => a,
-            _ => return Err("managedFields must be a list".into()),
-        };
+        match entries {
+            Value::Null => Ok(Managed::new()),
+            Value::Array(a) => Managed::decode_list(a),
+            _ => Err("managedFields must be a list".into()),
+        }
+    }
+
+    /// Decode managedFields entries.
+    pub(crate) fn decode_list(list: &[Value]) -> Result<Managed, String> {
         let mut managed = Managed::new();
         for (i, entry) in list.iter().enumerate() {
             let Some(entry) = entry.as_object() else {

@@ -27,6 +27,7 @@
 
 mod created;
 mod fieldsv1;
+mod kept;
 mod lastapplied;
 mod managed;
 mod ops;
@@ -353,24 +354,30 @@ fn record_update(
     req: &Request<'_>,
     ignored: &FieldSet,
 ) -> Result<(), ApplyError> {
-    const CURRENT: &str = "current-operation";
-    let id = ManagerId {
-        manager: manager.to_string(),
-        operation: UPDATE.into(),
-        api_version: req.api_version.into(),
-        subresource: req.subresource.into(),
-    }
-    .identifier();
     let u = Updater { ty, ignored };
-    u.update(live, new, req.api_version, &mut managed.fields, CURRENT)
+    record_compared(&u, u.compare(live, new), managed, manager, req)
+}
+
+/// [`record_update`] of a comparison already made.
+fn record_compared(
+    u: &Updater<'_, '_>,
+    cmp: ops::Comparison,
+    managed: &mut Managed,
+    manager: &str,
+    req: &Request<'_>,
+) -> Result<(), ApplyError> {
+    const CURRENT: &str = "current-operation";
+    let id = update_identifier(manager, req);
+    u.update_compared(cmp, req.api_version, &mut managed.fields, CURRENT)
         .map_err(|e| ApplyError::Internal(format!("failed to update ManagedFields: {e:?}")))?;
     strip(managed, CURRENT);
     if let Some(vs) = managed.fields.remove(CURRENT) {
-        let merged = match managed.fields.get(&id) {
-            Some(previous) => updater::VersionedSet {
-                set: vs.set.union(&previous.set),
-                ..vs
-            },
+        let merged = match managed.fields.remove(&id) {
+            Some(previous) => {
+                let mut set = vs.set;
+                set.absorb(previous.set);
+                updater::VersionedSet { set, ..vs }
+            }
             None => vs,
         };
         managed.fields.insert(id.clone(), merged);
@@ -378,6 +385,18 @@ fn record_update(
     }
     cap_update_managers(managed);
     Ok(())
+}
+
+/// The identifier of `manager`'s `Update` entry for a write at the request's version and
+/// subresource.
+fn update_identifier(manager: &str, req: &Request<'_>) -> String {
+    ManagerId {
+        manager: manager.to_string(),
+        operation: UPDATE.into(),
+        api_version: req.api_version.into(),
+        subresource: req.subresource.into(),
+    }
+    .identifier()
 }
 
 /// Kubernetes' choice of managedFields for a write: the request's own, unless it sent an
@@ -489,6 +508,20 @@ fn update_tracked(
             &empty
         }
     };
+    if let Some(done) = kept::update(schema, live, new, req, ignored) {
+        return done;
+    }
+    update_decoded(schema, live, new, req, ignored)
+}
+
+/// [`update_tracked`] with every entry decoded, updated and encoded again.
+fn update_decoded(
+    schema: Option<SchemaRef<'_>>,
+    live: &Value,
+    new: &mut Value,
+    req: &Request<'_>,
+    ignored: &FieldSet,
+) -> Result<(), ApplyError> {
     let mut managed = decode_live_or_new(live, new, !req.subresource.is_empty());
     if let Some(m) = new.get_mut("metadata").and_then(Value::as_object_mut) {
         m.remove("managedFields");

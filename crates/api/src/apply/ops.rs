@@ -122,9 +122,9 @@ impl Comparison {
         if ignored.is_empty() {
             return;
         }
-        self.removed = self.removed.recursive_difference(ignored);
-        self.modified = self.modified.recursive_difference(ignored);
-        self.added = self.added.recursive_difference(ignored);
+        self.removed.subtract_recursive(ignored);
+        self.modified.subtract_recursive(ignored);
+        self.added.subtract_recursive(ignored);
     }
 }
 

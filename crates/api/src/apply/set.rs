@@ -219,6 +219,87 @@ impl FieldSet {
         FieldSet { members, children }
     }
 
+    /// [`FieldSet::union`] in place, taking `other`'s elements instead of copying them.
+    pub(crate) fn absorb(&mut self, other: FieldSet) {
+        if other.members.is_empty() && other.children.is_empty() {
+            return;
+        }
+        if self.members.is_empty() && self.children.is_empty() {
+            *self = other;
+            return;
+        }
+        if !other.members.is_empty() {
+            let mine = std::mem::take(&mut self.members);
+            self.members = merge_owned(mine, other.members);
+        }
+        if !other.children.is_empty() {
+            let mine = std::mem::take(&mut self.children);
+            let mut out = Vec::with_capacity(mine.len() + other.children.len());
+            let mut a = mine.into_iter().peekable();
+            let mut b = other.children.into_iter().peekable();
+            loop {
+                let order = match (a.peek(), b.peek()) {
+                    (Some(x), Some(y)) => x.0.cmp(&y.0),
+                    (Some(_), None) => Ordering::Less,
+                    (None, Some(_)) => Ordering::Greater,
+                    (None, None) => break,
+                };
+                match order {
+                    Ordering::Less => out.extend(a.next()),
+                    Ordering::Greater => out.extend(b.next()),
+                    Ordering::Equal => {
+                        if let (Some((pe, mut x)), Some((_, y))) = (a.next(), b.next()) {
+                            x.absorb(y);
+                            out.push((pe, x));
+                        }
+                    }
+                }
+            }
+            self.children = out;
+        }
+    }
+
+    /// [`FieldSet::difference`] in place.
+    pub(crate) fn subtract(&mut self, other: &FieldSet) {
+        if other.members.is_empty() && other.children.is_empty() {
+            return;
+        }
+        if !other.members.is_empty() {
+            self.members.retain(|m| !other.has_member(m));
+        }
+        if !other.children.is_empty() {
+            self.children.retain_mut(|(pe, c)| match other.child(pe) {
+                Some(o) => {
+                    c.subtract(o);
+                    !c.is_empty()
+                }
+                None => true,
+            });
+        }
+    }
+
+    /// [`FieldSet::recursive_difference`] in place.
+    pub(crate) fn subtract_recursive(&mut self, other: &FieldSet) {
+        if other.members.is_empty() && other.children.is_empty() {
+            return;
+        }
+        if !other.members.is_empty() {
+            self.members.retain(|m| !other.has_member(m));
+        }
+        self.children.retain_mut(|(pe, c)| {
+            if other.has_member(pe) {
+                return false;
+            }
+            match other.child(pe) {
+                Some(o) => {
+                    c.subtract_recursive(o);
+                    !c.is_empty()
+                }
+                None => true,
+            }
+        });
+    }
+
     /// Whether every path of this set is in one of `others` (without building their union).
     pub(crate) fn covered_by(&self, others: &[&FieldSet]) -> bool {
         let members_covered = self
@@ -359,6 +440,36 @@ fn merge_sorted(a: &[PathElement], b: &[PathElement]) -> Vec<PathElement> {
     out
 }
 
+/// The sorted union of two sorted lists, taken rather than copied.
+fn merge_owned(a: Vec<PathElement>, b: Vec<PathElement>) -> Vec<PathElement> {
+    if a.is_empty() {
+        return b;
+    }
+    if b.is_empty() {
+        return a;
+    }
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    let mut a = a.into_iter().peekable();
+    let mut b = b.into_iter().peekable();
+    loop {
+        let order = match (a.peek(), b.peek()) {
+            (Some(x), Some(y)) => x.cmp(y),
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (None, None) => break,
+        };
+        match order {
+            Ordering::Less => out.extend(a.next()),
+            Ordering::Greater => out.extend(b.next()),
+            Ordering::Equal => {
+                out.extend(a.next());
+                b.next();
+            }
+        }
+    }
+    out
+}
+
 /// Walk two sorted child lists together, keeping what `f` returns for each element.
 fn zip_children(
     a: &[(PathElement, FieldSet)],
@@ -446,6 +557,33 @@ mod tests {
             set(&[&[f("spec"), f("y")], &[f("status"), f("x")]])
         );
         assert_eq!(a.recursive_difference(&reset), set(&[&[f("spec"), f("y")]]));
+    }
+
+    #[test]
+    fn in_place_operations_match_the_copying_ones() {
+        let k = |n: i64| PathElement::key(vec![("port".into(), json!(n))]);
+        let sets = [
+            FieldSet::new(),
+            set(&[&[f("a")]]),
+            set(&[&[f("a"), f("b")], &[f("a"), f("c")], &[f("d")]]),
+            set(&[&[f("a"), f("c")], &[f("e")], &[f("a")]]),
+            set(&[&[f("status"), f("x")], &[f("spec"), f("y")], &[f("status")]]),
+            set(&[&[f("p"), k(9)], &[f("p"), k(10), f("n")], &[f("p"), k(10)]]),
+            set(&[&[f("p"), k(10), f("n")], &[f("p"), k(11)], &[f("spec")]]),
+        ];
+        for a in &sets {
+            for b in &sets {
+                let mut x = a.clone();
+                x.absorb(b.clone());
+                assert_eq!(x, a.union(b), "{a:?} ∪ {b:?}");
+                let mut x = a.clone();
+                x.subtract(b);
+                assert_eq!(x.paths(), a.difference(b).paths(), "{a:?} − {b:?}");
+                let mut x = a.clone();
+                x.subtract_recursive(b);
+                assert_eq!(x.paths(), a.recursive_difference(b).paths());
+            }
+        }
     }
 
     #[test]

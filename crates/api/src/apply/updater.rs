@@ -38,12 +38,9 @@ pub(crate) struct Updater<'a, 'i> {
 }
 
 impl Updater<'_, '_> {
-    fn filter(&self, set: FieldSet) -> FieldSet {
-        if self.ignored.is_empty() {
-            set
-        } else {
-            set.recursive_difference(self.ignored)
-        }
+    fn filter(&self, mut set: FieldSet) -> FieldSet {
+        set.subtract_recursive(self.ignored);
+        set
     }
 
     /// Compare old with new and take every changed field from the other managers (or report
@@ -56,17 +53,36 @@ impl Updater<'_, '_> {
         workflow: &str,
         force: bool,
     ) -> Result<Comparison, UpdateError> {
+        let cmp = self.compare(old, new);
+        self.take_compared(cmp, managers, workflow, force)
+    }
+
+    /// What `new` changed relative to `old`, without the fields nobody owns.
+    pub fn compare(&self, old: &Value, new: &Value) -> Comparison {
         let mut cmp = compare(self.ty, old, new);
         cmp.exclude(self.ignored);
-        let changed = cmp.modified.union(&cmp.added);
+        cmp
+    }
+
+    /// [`Updater::take`] of a comparison already made.
+    fn take_compared(
+        &self,
+        cmp: Comparison,
+        managers: &mut Managers,
+        workflow: &str,
+        force: bool,
+    ) -> Result<Comparison, UpdateError> {
         let mut conflicts = Vec::new();
-        for (manager, vs) in managers.iter() {
-            if manager == workflow {
-                continue;
-            }
-            let owned = vs.set.intersection(&changed);
-            if !owned.is_empty() {
-                conflicts.push((manager.clone(), owned));
+        if managers.keys().any(|m| m != workflow) {
+            let changed = cmp.modified.union(&cmp.added);
+            for (manager, vs) in managers.iter() {
+                if manager == workflow {
+                    continue;
+                }
+                let owned = vs.set.intersection(&changed);
+                if !owned.is_empty() {
+                    conflicts.push((manager.clone(), owned));
+                }
             }
         }
         if !force && !conflicts.is_empty() {
@@ -74,13 +90,13 @@ impl Updater<'_, '_> {
         }
         for (manager, owned) in &conflicts {
             if let Some(vs) = managers.get_mut(manager) {
-                vs.set = vs.set.difference(owned);
+                vs.set.subtract(owned);
             }
         }
         if !cmp.removed.is_empty() {
             for (manager, vs) in managers.iter_mut() {
                 if manager != workflow {
-                    vs.set = vs.set.difference(&cmp.removed);
+                    vs.set.subtract(&cmp.removed);
                 }
             }
         }
@@ -99,7 +115,9 @@ impl Updater<'_, '_> {
         }
     }
 
-    /// A non-apply write: `manager` gets every field `new` changed relative to `live`.
+    /// A non-apply write: `manager` gets every field `new` changed relative to `live` (the
+    /// field manager compares first and calls [`Updater::update_compared`]).
+    #[cfg(test)]
     pub fn update(
         &self,
         live: &Value,
@@ -108,16 +126,26 @@ impl Updater<'_, '_> {
         managers: &mut Managers,
         manager: &str,
     ) -> Result<(), UpdateError> {
+        self.update_compared(self.compare(live, new), version, managers, manager)
+    }
+
+    /// [`Updater::update`] of a comparison already made ([`Updater::compare`]).
+    pub fn update_compared(
+        &self,
+        cmp: Comparison,
+        version: &str,
+        managers: &mut Managers,
+        manager: &str,
+    ) -> Result<(), UpdateError> {
         self.reconcile(managers);
-        let cmp = self.take(live, new, managers, manager, true)?;
-        let previous = managers
+        let cmp = self.take_compared(cmp, managers, manager, true)?;
+        let mut set = managers
             .remove(manager)
             .map(|vs| vs.set)
             .unwrap_or_default();
-        let set = previous
-            .difference(&cmp.removed)
-            .union(&cmp.modified)
-            .union(&cmp.added);
+        set.subtract(&cmp.removed);
+        set.absorb(cmp.modified);
+        set.absorb(cmp.added);
         let set = self.filter(set);
         if !set.is_empty() {
             managers.insert(

@@ -318,6 +318,11 @@ impl<'a> SchemaRef<'a> {
         self.id
     }
 
+    /// Whether the schema is one of the built-in kinds' (not a custom resource's).
+    pub fn is_builtin(&self) -> bool {
+        std::ptr::eq(self.set, Schemas::builtin())
+    }
+
     pub fn schemas(&self) -> &'a Schemas {
         self.set
     }
