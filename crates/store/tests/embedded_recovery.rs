@@ -178,7 +178,11 @@ async fn zeros_ahead_of_the_log_are_read_as_its_end() {
     let s = small(dir.path(), 64 << 20);
     assert_eq!(everything(&s).await, before);
     drop(s);
-    assert_eq!(fs::metadata(&wal).unwrap().len(), data_len, "the torn write is gone");
+    assert_eq!(
+        fs::metadata(&wal).unwrap().len(),
+        data_len,
+        "the torn write is gone"
+    );
 
     // A write whose first sectors never reached the disk: zeros, then the rest of it.
     let mut late = vec![0u8; 1024];
@@ -187,7 +191,10 @@ async fn zeros_ahead_of_the_log_are_read_as_its_end() {
     let s = small(dir.path(), 64 << 20);
     assert_eq!(everything(&s).await, before);
     // Writing goes on where the data ended, and survives a reopen.
-    let rev = s.create(b"/after-crash", Bytes::from("a"), 0).await.unwrap();
+    let rev = s
+        .create(b"/after-crash", Bytes::from("a"), 0)
+        .await
+        .unwrap();
     assert_eq!(rev, before.1 + 1);
     drop(s);
     let s = small(dir.path(), 64 << 20);
