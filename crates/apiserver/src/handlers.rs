@@ -988,10 +988,12 @@ pub async fn patch(reg: &Registry, call: &Call<'_>) -> ApiResult<Response<Body>>
                         meta::name(&patched)
                     )));
                 }
-                warnings = crate::validation::check_field_validation(
+                warnings = crate::validation::check_patched(
                     info,
                     reg.strategy.as_ref(),
                     &query,
+                    patch_type,
+                    &patch_body,
                     &mut patched,
                 )?;
                 Ok(patched)

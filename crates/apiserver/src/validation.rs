@@ -9,6 +9,44 @@ use crate::error::{ApiError, ApiResult};
 use crate::registry::Strategy;
 use crate::request::Query;
 
+/// [`check_field_validation`] of a patched object, where only what the patch reached can be
+/// new: a merge or strategic merge patch (of a built-in kind) without directives at its top
+/// changes only the top-level members it names, and the rest of the object was checked when
+/// it was stored — so only those members are checked (a status patch does not walk the spec).
+pub fn check_patched(
+    info: &ResourceInfo,
+    strategy: &dyn Strategy,
+    query: &Query,
+    patch_type: crate::patch::PatchType,
+    patch: &Value,
+    obj: &mut Value,
+) -> ApiResult<Vec<String>> {
+    use crate::patch::PatchType;
+    let members = match (patch_type, patch.as_object()) {
+        (PatchType::Merge | PatchType::Strategic, Some(p))
+            if !info.custom && !p.keys().any(|k| k.starts_with('$')) =>
+        {
+            p
+        }
+        _ => return check_field_validation(info, strategy, query, obj),
+    };
+    let Some(map) = obj.as_object_mut() else {
+        return check_field_validation(info, strategy, query, obj);
+    };
+    let mut touched = serde_json::Map::new();
+    for k in members.keys() {
+        if let Some((k, v)) = map.remove_entry(k) {
+            touched.insert(k, v);
+        }
+    }
+    let mut part = Value::Object(touched);
+    let result = check_field_validation(info, strategy, query, &mut part);
+    if let (Value::Object(part), Some(map)) = (part, obj.as_object_mut()) {
+        map.extend(part);
+    }
+    result
+}
+
 /// Prune fields the kind does not have and check types. With `fieldValidation=Strict` unknown
 /// fields are a 400; otherwise they are dropped (as Kubernetes' typed decoding does) and, with
 /// `Warn` (the default), returned as warnings.

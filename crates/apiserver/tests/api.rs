@@ -853,3 +853,82 @@ async fn status_writes_keep_the_spec_and_identity() {
     assert_eq!(r.body["spec"], created.body["spec"]);
     assert_eq!(r.body["status"], json!({"phase": "Succeeded"}));
 }
+
+/// Field validation of patches: unknown fields and type errors the patch brings are found
+/// wherever they are (warned and dropped, or refused with `fieldValidation=Strict`), and the
+/// members the patch did not name come out as stored.
+#[tokio::test]
+async fn patches_are_field_validated_where_they_reach() {
+    let a = api().await;
+    let pods = "/api/v1/namespaces/default/pods";
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}});
+    assert_eq!(a.post(pods, pod).await.code, 201);
+    let stored = a.get(&format!("{pods}/p")).await.body;
+
+    // An unknown field in a merge patch of the status: warned about and dropped.
+    let r = a
+        .patch(
+            &format!("{pods}/p/status"),
+            "application/merge-patch+json",
+            json!({"status": {"phase": "Running", "bogus": 1, "podIP": "10.0.0.9"}}),
+        )
+        .await;
+    assert_eq!(r.code, 200, "{}", r.body);
+    let warning = r.headers.get("warning").and_then(|w| w.to_str().ok());
+    assert!(
+        warning.is_some_and(|w| w.contains("unknown field") && w.contains("status.bogus")),
+        "{warning:?}"
+    );
+    assert!(r.body["status"].get("bogus").is_none());
+    assert_eq!(r.body["status"]["podIP"], "10.0.0.9");
+    assert_eq!(r.body["spec"], stored["spec"]);
+
+    // Strict: the same is a 400 naming the field, and nothing is written.
+    let r = a
+        .patch(
+            &format!("{pods}/p/status?fieldValidation=Strict"),
+            "application/strategic-merge-patch+json",
+            json!({"status": {"phase": "Failed", "alsoBogus": true}}),
+        )
+        .await;
+    assert_eq!(r.code, 400, "{}", r.body);
+    let message = r.body["message"].as_str().unwrap_or("");
+    assert!(
+        message.contains("unknown field \"status.alsoBogus\""),
+        "{message}"
+    );
+    assert_eq!(
+        a.get(&format!("{pods}/p")).await.body["status"]["phase"],
+        "Running"
+    );
+
+    // A type error deep in the member a patch names.
+    let r = a
+        .patch(
+            &format!("{pods}/p"),
+            "application/strategic-merge-patch+json",
+            json!({"spec": {"containers": [{"name": "c", "ports": [{"containerPort": "http"}]}]}}),
+        )
+        .await;
+    assert_eq!(r.code, 400, "{}", r.body);
+    assert!(
+        r.body["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("containerPort"),
+        "{}",
+        r.body
+    );
+
+    // A directive at the top of a strategic merge patch reaches everything: the whole
+    // object is checked.
+    let r = a
+        .patch(
+            &format!("{pods}/p?fieldValidation=Strict"),
+            "application/strategic-merge-patch+json",
+            json!({"$retainKeys": ["metadata", "spec", "status"], "metadata": {"labels": {"a": "b"}}, "extra": 1}),
+        )
+        .await;
+    assert_eq!(r.code, 400, "{}", r.body);
+}
