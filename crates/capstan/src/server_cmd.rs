@@ -296,9 +296,13 @@ pub(crate) async fn start(
                 tracing::warn!(error = %format!("{e:#}"), "creating the default StorageClass");
             }
         });
+        // Its informers never read managedFields, and Kubernetes' controller manager drops
+        // them from every object its informers keep: here the server leaves them out of the
+        // watch events instead of the informers parsing them.
         let controllers = in_process
             .clone()
-            .with_user_agent("kube-controller-manager");
+            .with_user_agent("kube-controller-manager")
+            .trimming_managed_fields();
         let manager = controllers.client_as("system:kube-controller-manager", &[]);
         let tokens = controllers;
         let token_client: capstan_controllers::TokenClient = Arc::new(move |token: &str| {
