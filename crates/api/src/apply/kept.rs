@@ -8,7 +8,7 @@
 //! since they were recorded (a custom resource's), the cap on update entries — goes the
 //! general way.
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::fieldsv1::{self, parse_element};
 use super::managed::{self, Managed, ManagerId, APPLY, UPDATE};
@@ -162,7 +162,7 @@ pub(super) fn update(
         .and_then(|m| m.remove("managedFields"));
     if let Err(e) = record_compared(&u, cmp, &mut mine, manager_name(req), req) {
         // As the general way: the write keeps the live entries.
-        set_entries(new, stored.clone());
+        managed::put_entries(new, stored.clone());
         return Some(Err(e));
     }
     // The others' entries as they came: moved out of the write when it carried the same
@@ -184,7 +184,7 @@ pub(super) fn update(
     }
     // Sorted as [`Managed::encode`] sorts.
     out.sort_by(|a, b| order(a).cmp(&order(b)));
-    set_entries(new, Value::Array(out));
+    managed::put_entries(new, Value::Array(out));
     Some(Ok(()))
 }
 
@@ -204,22 +204,6 @@ fn order(entry: &Value) -> (&str, i64, &str, &str, &str) {
         text("apiVersion"),
         text("subresource"),
     )
-}
-
-/// Put `entries` in `obj.metadata.managedFields`.
-fn set_entries(obj: &mut Value, entries: Value) {
-    let Some(root) = obj.as_object_mut() else {
-        return;
-    };
-    let meta = root
-        .entry("metadata")
-        .or_insert_with(|| Value::Object(Map::new()));
-    if !meta.is_object() {
-        *meta = Value::Object(Map::new());
-    }
-    if let Some(m) = meta.as_object_mut() {
-        m.insert("managedFields".into(), entries);
-    }
 }
 
 #[cfg(test)]

@@ -243,18 +243,23 @@ impl Managed {
             }
             return;
         }
-        let encoded = self.encode();
-        if let Some(root) = obj.as_object_mut() {
-            let meta = root
-                .entry("metadata")
-                .or_insert_with(|| Value::Object(Map::new()));
-            if !meta.is_object() {
-                *meta = Value::Object(Map::new());
-            }
-            if let Some(m) = meta.as_object_mut() {
-                m.insert("managedFields".into(), encoded);
-            }
-        }
+        put_entries(obj, self.encode());
+    }
+}
+
+/// Put `entries` in `obj.metadata.managedFields` (making the metadata when missing).
+pub(crate) fn put_entries(obj: &mut Value, entries: Value) {
+    let Some(root) = obj.as_object_mut() else {
+        return;
+    };
+    let meta = root
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !meta.is_object() {
+        *meta = Value::Object(Map::new());
+    }
+    if let Some(m) = meta.as_object_mut() {
+        m.insert("managedFields".into(), entries);
     }
 }
 

@@ -458,15 +458,9 @@ fn carries_managed_fields(obj: &Value) -> bool {
 /// Write the managedFields of a create by a manager with no entries: one `Update` entry with
 /// the fields it set (none when it set nothing tracked), as [`Managed::write_to`] writes it.
 fn write_created(obj: &mut Value, fields: Map<String, Value>, req: &Request<'_>) {
-    if fields.is_empty() {
+    if fields.is_empty() || !obj.is_object() {
         return;
     }
-    let Some(root) = obj.as_object_mut() else {
-        return;
-    };
-    let meta = root
-        .entry("metadata")
-        .or_insert_with(|| Value::Object(Map::new()));
     let mut entry = Map::new();
     let now = normalized_now(req);
     for (k, v) in [
@@ -481,15 +475,7 @@ fn write_created(obj: &mut Value, fields: Map<String, Value>, req: &Request<'_>)
         }
     }
     entry.insert("fieldsV1".into(), Value::Object(fields));
-    if !meta.is_object() {
-        *meta = Value::Object(Map::new());
-    }
-    if let Some(m) = meta.as_object_mut() {
-        m.insert(
-            "managedFields".into(),
-            Value::Array(vec![Value::Object(entry)]),
-        );
-    }
+    managed::put_entries(obj, Value::Array(vec![Value::Object(entry)]));
 }
 
 /// [`update`] in general: decode the managers, compare, take, strip, cap and encode.

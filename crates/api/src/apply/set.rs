@@ -230,32 +230,19 @@ impl FieldSet {
         }
         if !other.members.is_empty() {
             let mine = std::mem::take(&mut self.members);
-            self.members = merge_owned(mine, other.members);
+            self.members = merge_owned(mine, other.members, Ord::cmp, |x, _| x);
         }
         if !other.children.is_empty() {
             let mine = std::mem::take(&mut self.children);
-            let mut out = Vec::with_capacity(mine.len() + other.children.len());
-            let mut a = mine.into_iter().peekable();
-            let mut b = other.children.into_iter().peekable();
-            loop {
-                let order = match (a.peek(), b.peek()) {
-                    (Some(x), Some(y)) => x.0.cmp(&y.0),
-                    (Some(_), None) => Ordering::Less,
-                    (None, Some(_)) => Ordering::Greater,
-                    (None, None) => break,
-                };
-                match order {
-                    Ordering::Less => out.extend(a.next()),
-                    Ordering::Greater => out.extend(b.next()),
-                    Ordering::Equal => {
-                        if let (Some((pe, mut x)), Some((_, y))) = (a.next(), b.next()) {
-                            x.absorb(y);
-                            out.push((pe, x));
-                        }
-                    }
-                }
-            }
-            self.children = out;
+            self.children = merge_owned(
+                mine,
+                other.children,
+                |x, y| x.0.cmp(&y.0),
+                |(pe, mut x), (_, y)| {
+                    x.absorb(y);
+                    (pe, x)
+                },
+            );
         }
     }
 
@@ -440,8 +427,14 @@ fn merge_sorted(a: &[PathElement], b: &[PathElement]) -> Vec<PathElement> {
     out
 }
 
-/// The sorted union of two sorted lists, taken rather than copied.
-fn merge_owned(a: Vec<PathElement>, b: Vec<PathElement>) -> Vec<PathElement> {
+/// The sorted union of two sorted lists, taken rather than copied; `both` makes one element
+/// of two equal ones.
+fn merge_owned<T>(
+    a: Vec<T>,
+    b: Vec<T>,
+    cmp: impl Fn(&T, &T) -> Ordering,
+    both: impl Fn(T, T) -> T,
+) -> Vec<T> {
     if a.is_empty() {
         return b;
     }
@@ -453,7 +446,7 @@ fn merge_owned(a: Vec<PathElement>, b: Vec<PathElement>) -> Vec<PathElement> {
     let mut b = b.into_iter().peekable();
     loop {
         let order = match (a.peek(), b.peek()) {
-            (Some(x), Some(y)) => x.cmp(y),
+            (Some(x), Some(y)) => cmp(x, y),
             (Some(_), None) => Ordering::Less,
             (None, Some(_)) => Ordering::Greater,
             (None, None) => break,
@@ -462,8 +455,9 @@ fn merge_owned(a: Vec<PathElement>, b: Vec<PathElement>) -> Vec<PathElement> {
             Ordering::Less => out.extend(a.next()),
             Ordering::Greater => out.extend(b.next()),
             Ordering::Equal => {
-                out.extend(a.next());
-                b.next();
+                if let (Some(x), Some(y)) = (a.next(), b.next()) {
+                    out.push(both(x, y));
+                }
             }
         }
     }
