@@ -738,7 +738,7 @@ impl<K: Owner> Controller<K> {
         let pod = pod.as_ref().map_err(|e| anyhow!("{e}"))?;
         let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
         let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
-        match api.create(&PostParams::default(), pod).await {
+        match create_reading_name(&self.client, &api, pod).await {
             Ok(created) => {
                 let name = created.metadata.name.unwrap_or_default();
                 self.recorder
@@ -1114,6 +1114,28 @@ fn namespace_terminating(e: &kube::Error) -> bool {
 /// A time as Go's default formatting prints it (`2006-01-02 15:04:05 +0000 UTC`).
 fn go_time(t: &Timestamp) -> String {
     t.strftime("%Y-%m-%d %H:%M:%S +0000 UTC").to_string()
+}
+
+/// What the controller reads of the pod it created: the name the server gave it.
+#[derive(serde::Deserialize)]
+struct Created {
+    metadata: CreatedMeta,
+}
+
+#[derive(serde::Deserialize)]
+struct CreatedMeta {
+    #[serde(default)]
+    name: Option<String>,
+}
+
+/// Create `pod` and read only its name from the answer: the rest of the created pod (several
+/// kilobytes with its managedFields, one per pod a ReplicaSet makes) is skipped, not built.
+async fn create_reading_name(client: &Client, api: &Api<Pod>, pod: &Pod) -> kube::Result<Created> {
+    let body = serde_json::to_vec(pod).map_err(kube::Error::SerdeError)?;
+    let request = kube::core::Request::new(api.resource_url())
+        .create(&PostParams::default(), body)
+        .map_err(kube::Error::BuildRequest)?;
+    client.request(request).await
 }
 
 #[cfg(test)]
