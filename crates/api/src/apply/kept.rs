@@ -182,28 +182,9 @@ pub(super) fn update(
     if out.is_empty() {
         return Some(Ok(()));
     }
-    // Sorted as [`Managed::encode`] sorts.
-    out.sort_by(|a, b| order(a).cmp(&order(b)));
+    managed::sort_entries(&mut out);
     managed::put_entries(new, Value::Array(out));
     Some(Ok(()))
-}
-
-/// What [`Managed::encode`] sorts entries by: operation (Apply first), time (none first),
-/// manager, apiVersion, subresource.
-fn order(entry: &Value) -> (&str, i64, &str, &str, &str) {
-    let text = |k: &str| entry.get(k).and_then(Value::as_str).unwrap_or("");
-    let secs = entry
-        .get("time")
-        .and_then(Value::as_str)
-        .and_then(managed::parse_time)
-        .unwrap_or(0);
-    (
-        text("operation"),
-        secs,
-        text("manager"),
-        text("apiVersion"),
-        text("subresource"),
-    )
 }
 
 #[cfg(test)]

@@ -194,7 +194,7 @@ impl Managed {
     /// The managedFields array, sorted by operation (Apply first), time (oldest first, none
     /// before any), manager, apiVersion and subresource.
     pub fn encode(&self) -> Value {
-        let mut entries: Vec<(ManagerId, Option<i64>, Value)> = self
+        let mut entries: Vec<Value> = self
             .fields
             .iter()
             .map(|(identifier, vs)| {
@@ -203,7 +203,6 @@ impl Managed {
                 if vs.applied {
                     id.operation = APPLY.into();
                 }
-                let time = self.times.get(identifier);
                 let mut e = Map::new();
                 let mut put = |k: &str, v: &str| {
                     if !v.is_empty() {
@@ -213,25 +212,17 @@ impl Managed {
                 put("manager", &id.manager);
                 put("operation", &id.operation);
                 put("apiVersion", &id.api_version);
-                if let Some(t) = time {
+                if let Some(t) = self.times.get(identifier) {
                     put("time", t);
                 }
                 put("fieldsType", "FieldsV1");
                 put("subresource", &id.subresource);
                 e.insert("fieldsV1".into(), fieldsv1::encode(&vs.set));
-                let secs = time.and_then(|t| parse_time(t));
-                (id, secs, Value::Object(e))
+                Value::Object(e)
             })
             .collect();
-        entries.sort_by(|(a, ta, _), (b, tb, _)| {
-            a.operation
-                .cmp(&b.operation)
-                .then(ta.unwrap_or(0).cmp(&tb.unwrap_or(0)))
-                .then_with(|| a.manager.cmp(&b.manager))
-                .then_with(|| a.api_version.cmp(&b.api_version))
-                .then_with(|| a.subresource.cmp(&b.subresource))
-        });
-        Value::Array(entries.into_iter().map(|(_, _, e)| e).collect())
+        sort_entries(&mut entries);
+        Value::Array(entries)
     }
 
     /// Write the entries into `obj.metadata.managedFields`, or remove the field when there are
@@ -245,6 +236,27 @@ impl Managed {
         }
         put_entries(obj, self.encode());
     }
+}
+
+/// Sort managedFields entries as Kubernetes does: operation (Apply first), time (oldest first,
+/// none before any), manager, apiVersion, subresource.
+pub(crate) fn sort_entries(entries: &mut [Value]) {
+    fn order(entry: &Value) -> (&str, i64, &str, &str, &str) {
+        let text = |k: &str| entry.get(k).and_then(Value::as_str).unwrap_or("");
+        let secs = entry
+            .get("time")
+            .and_then(Value::as_str)
+            .and_then(parse_time)
+            .unwrap_or(0);
+        (
+            text("operation"),
+            secs,
+            text("manager"),
+            text("apiVersion"),
+            text("subresource"),
+        )
+    }
+    entries.sort_by(|a, b| order(a).cmp(&order(b)));
 }
 
 /// Put `entries` in `obj.metadata.managedFields` (making the metadata when missing).
