@@ -120,12 +120,22 @@ pub fn encode_for_store(obj: &Value) -> Bytes {
     let empty = Map::new();
     let map = obj.as_object().unwrap_or(&empty);
     match map.get("metadata").and_then(Value::as_object) {
-        Some(md) if md.contains_key("resourceVersion") => {
-            let mut md = md.clone();
-            md.remove("resourceVersion");
-            serde_json::to_writer(&mut out, &md).expect("maps serialize");
+        // The members as serde writes a map, leaving resourceVersion out (rather than a copy
+        // of the metadata, managedFields and all, without it).
+        Some(md) => {
+            out.push(b'{');
+            let mut first = true;
+            for (k, v) in md.iter().filter(|(k, _)| *k != "resourceVersion") {
+                if !first {
+                    out.push(b',');
+                }
+                first = false;
+                serde_json::to_writer(&mut out, k).expect("strings serialize");
+                out.push(b':');
+                serde_json::to_writer(&mut out, v).expect("values serialize");
+            }
+            out.push(b'}');
         }
-        Some(md) => serde_json::to_writer(&mut out, md).expect("maps serialize"),
         None => out.extend_from_slice(b"{}"),
     }
     for (k, v) in map {
@@ -260,6 +270,27 @@ mod tests {
         assert_eq!(wire["metadata"]["resourceVersion"], "42");
         assert_eq!(wire["data"]["k"], "v");
         assert_eq!(wire["metadata"]["name"], "a");
+    }
+
+    #[test]
+    fn the_stored_metadata_is_the_object_s_without_its_resource_version() {
+        for md in [
+            json!({"name": "a", "resourceVersion": "7", "uid": "u"}),
+            json!({"resourceVersion": "7"}),
+            json!({"annotations": {"resourceVersion": "x"}, "resourceVersion": "7"}),
+            json!({"name": "a", "zz": [1, {"b": null}]}),
+            json!({}),
+        ] {
+            let obj = json!({"kind": "X", "metadata": md.clone(), "spec": {"a": "\u{e9}\""}});
+            let mut expected = md.clone();
+            expected.as_object_mut().unwrap().remove("resourceVersion");
+            let want = format!(
+                "{{\"metadata\":{},\"kind\":\"X\",\"spec\":{}}}",
+                serde_json::to_string(&expected).unwrap(),
+                serde_json::to_string(&obj["spec"]).unwrap()
+            );
+            assert_eq!(String::from_utf8_lossy(&encode_for_store(&obj)), want);
+        }
     }
 
     #[test]

@@ -573,10 +573,8 @@ pub async fn watch(reg: Arc<Registry>, call: &Call<'_>) -> ApiResult<Response<Bo
         // parsed, a window that no longer reaches back far enough is an ERROR event in the
         // stream (clients relist on it), not a failed request.
         Err(e) if e.code == 410 => {
-            let mut line = serde_json::to_vec(&json!({"type": "ERROR", "object": e.status()}))
-                .unwrap_or_default();
-            line.push(b'\n');
-            let body = http_body_util::Full::new(Bytes::from(line)).map_err(|never| match never {});
+            let line = event_bytes("ERROR", &e.status());
+            let body = http_body_util::Full::new(line).map_err(|never| match never {});
             let mut r = Response::new(BodyExt::boxed(body));
             r.headers_mut().insert(
                 http::header::CONTENT_TYPE,
@@ -747,20 +745,29 @@ fn frame(reg: &Registry, item: &WatchItem, output: Output, trim: bool, out: &mut
                     &tables::partial_metadata(&v),
                 ));
             }
-            out.extend_from_slice(b"{\"object\":");
-            out.extend_from_slice(&object);
-            out.extend_from_slice(b",\"type\":\"");
-            out.extend_from_slice(item.kind.as_str().as_bytes());
-            out.extend_from_slice(b"\"}\n");
-            return;
+            return event_line(out, item.kind.as_str(), &object);
         }
     };
     out.extend_from_slice(&bytes);
 }
 
+/// A watch event's line: `type` before `object`, as Kubernetes writes it (a client that reads
+/// the type first can decode the object straight into its kind; one that meets the object first
+/// has to buffer it whole).
+fn event_line(out: &mut impl bytes::BufMut, kind: &str, object: &[u8]) {
+    // Kinds are fixed upper-case words (ADDED, MODIFIED, DELETED, BOOKMARK, ERROR): nothing
+    // in them to escape.
+    out.put_slice(b"{\"type\":\"");
+    out.put_slice(kind.as_bytes());
+    out.put_slice(b"\",\"object\":");
+    out.put_slice(object);
+    out.put_slice(b"}\n");
+}
+
 fn event_bytes(kind: &str, obj: &Value) -> Bytes {
-    let mut out = serde_json::to_vec(&json!({"type": kind, "object": obj})).unwrap_or_default();
-    out.push(b'\n');
+    let object = serde_json::to_vec(obj).unwrap_or_default();
+    let mut out = Vec::with_capacity(object.len() + kind.len() + 24);
+    event_line(&mut out, kind, &object);
     out.into()
 }
 
@@ -1118,5 +1125,28 @@ impl WithMessage for ApiError {
     fn with_message(mut self, m: String) -> Self {
         self.message = m;
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn watch_lines_name_the_type_before_the_object() {
+        let line = event_bytes("ERROR", &json!({"kind": "Status", "code": 410}));
+        assert_eq!(
+            &line[..],
+            &b"{\"type\":\"ERROR\",\"object\":{\"code\":410,\"kind\":\"Status\"}}\n"[..]
+        );
+        let mut out = BytesMut::new();
+        event_line(&mut out, "ADDED", br#"{"metadata":{"name":"a"}}"#);
+        assert_eq!(
+            &out[..],
+            &br#"{"type":"ADDED","object":{"metadata":{"name":"a"}}}
+"#[..]
+        );
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["object"]["metadata"]["name"], "a");
     }
 }
