@@ -16,8 +16,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::watcher::{self, Event};
@@ -271,6 +271,87 @@ async fn renew(leases: &Api<Lease>, name: &str, last: Option<Lease>) -> kube::Re
     }
 }
 
+/// A pod as a hollow node reads it: the few members it acts on. The watch and the answers to
+/// its status patches carry whole pods (~5 KB, managedFields and all); the harness shares the
+/// machine with the cluster it measures, so it skips the rest instead of building it.
+#[derive(Clone, Debug, serde::Deserialize)]
+struct HollowPod {
+    #[serde(deserialize_with = "hollow_meta")]
+    metadata: ObjectMeta,
+    spec: Option<HollowSpec>,
+    status: Option<HollowStatus>,
+}
+
+#[derive(Clone, Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct HollowSpec {
+    node_name: Option<String>,
+    #[serde(default)]
+    containers: Vec<HollowContainer>,
+}
+
+#[derive(Clone, Debug, serde::Deserialize)]
+struct HollowContainer {
+    name: String,
+    image: Option<String>,
+}
+
+#[derive(Clone, Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct HollowStatus {
+    phase: Option<String>,
+    qos_class: Option<String>,
+}
+
+/// The metadata a hollow node uses (and the watch its resourceVersion), without managedFields
+/// and the rest.
+fn hollow_meta<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Meta {
+        name: Option<String>,
+        namespace: Option<String>,
+        uid: Option<String>,
+        resource_version: Option<String>,
+        deletion_timestamp: Option<Time>,
+        annotations: Option<std::collections::BTreeMap<String, String>>,
+    }
+    let m = <Meta as serde::Deserialize>::deserialize(d)?;
+    Ok(ObjectMeta {
+        name: m.name,
+        namespace: m.namespace,
+        uid: m.uid,
+        resource_version: m.resource_version,
+        deletion_timestamp: m.deletion_timestamp,
+        annotations: m.annotations,
+        ..Default::default()
+    })
+}
+
+impl kube::Resource for HollowPod {
+    type DynamicType = ();
+    type Scope = k8s_openapi::NamespaceResourceScope;
+
+    fn kind(_: &()) -> std::borrow::Cow<'_, str> {
+        "Pod".into()
+    }
+    fn group(_: &()) -> std::borrow::Cow<'_, str> {
+        "".into()
+    }
+    fn version(_: &()) -> std::borrow::Cow<'_, str> {
+        "v1".into()
+    }
+    fn plural(_: &()) -> std::borrow::Cow<'_, str> {
+        "pods".into()
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
 struct Kubelet {
     client: Client,
     nodes: HashSet<String>,
@@ -286,7 +367,7 @@ struct Kubelet {
 
 impl Kubelet {
     async fn run(self: Arc<Self>) -> Result<()> {
-        let pods: Api<Pod> = Api::all(self.client.clone());
+        let pods: Api<HollowPod> = Api::all(self.client.clone());
         let cfg = watcher::Config::default().fields("spec.nodeName!=");
         let mut stream = std::pin::pin!(watcher::watcher(pods, cfg).default_backoff());
         while let Some(ev) = stream.next().await {
@@ -302,7 +383,7 @@ impl Kubelet {
         Ok(())
     }
 
-    fn observe(self: Arc<Self>, pod: Pod) {
+    fn observe(self: Arc<Self>, pod: HollowPod) {
         let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
         let Some(node) = node.filter(|n| self.nodes.contains(n)) else {
             return;
@@ -311,7 +392,7 @@ impl Kubelet {
         if pod.metadata.deletion_timestamp.is_some() {
             // The kubelet has stopped the containers: finish the deletion.
             tokio::spawn(async move {
-                let api: Api<Pod> = Api::namespaced(self.client.clone(), &namespace(&pod));
+                let api: Api<HollowPod> = Api::namespaced(self.client.clone(), &namespace(&pod));
                 let dp = DeleteParams {
                     grace_period_seconds: Some(0),
                     preconditions: Some(Preconditions {
@@ -382,9 +463,9 @@ impl Kubelet {
         format!("100.{}.{}.{}", 64 + (i / 256) % 64, i % 256, host + 1)
     }
 
-    async fn start(&self, pod: &Pod, node: &str) -> Result<()> {
+    async fn start(&self, pod: &HollowPod, node: &str) -> Result<()> {
         tokio::time::sleep(self.start_delay).await;
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), &namespace(pod));
+        let api: Api<HollowPod> = Api::namespaced(self.client.clone(), &namespace(pod));
         let annotations = pod.metadata.annotations.clone().unwrap_or_default();
         let ready = annotations.get(READY).map(String::as_str) != Some("false");
         let ip = self.pod_ip(node).await;
@@ -462,17 +543,68 @@ impl Kubelet {
     }
 }
 
-fn name(p: &Pod) -> String {
+fn name(p: &HollowPod) -> String {
     p.metadata.name.clone().unwrap_or_default()
 }
 
-fn namespace(p: &Pod) -> String {
+fn namespace(p: &HollowPod) -> String {
     p.metadata.namespace.clone().unwrap_or_default()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_hollow_pod_reads_what_a_hollow_node_acts_on_from_a_whole_pod() {
+        let whole = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {
+                "name": "web-1", "namespace": "ns", "uid": "u-1", "resourceVersion": "42",
+                "deletionTimestamp": "2026-12-04T10:00:00Z",
+                "annotations": {EXIT_CODE: "3"}, "labels": {"app": "web"},
+                "managedFields": [{"manager": "m", "operation": "Update",
+                                   "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}}],
+            },
+            "spec": {"nodeName": "hollow-7", "restartPolicy": "Always",
+                     "containers": [{"name": "c", "image": "nginx", "env": [{"name": "A"}]},
+                                    {"name": "d"}],
+                     "volumes": [{"name": "v", "emptyDir": {}}]},
+            "status": {"phase": "Pending", "qosClass": "BestEffort",
+                       "conditions": [{"type": "PodScheduled", "status": "True"}]},
+        });
+        let p: HollowPod = serde_json::from_value(whole).unwrap();
+        assert_eq!(
+            (name(&p), namespace(&p), p.metadata.uid.as_deref()),
+            ("web-1".to_string(), "ns".to_string(), Some("u-1"))
+        );
+        assert_eq!(p.metadata.resource_version.as_deref(), Some("42"));
+        assert!(p.metadata.deletion_timestamp.is_some());
+        assert_eq!(p.metadata.annotations.as_ref().unwrap()[EXIT_CODE], "3");
+        assert!(p.metadata.managed_fields.is_none() && p.metadata.labels.is_none());
+        let spec = p.spec.as_ref().unwrap();
+        assert_eq!(spec.node_name.as_deref(), Some("hollow-7"));
+        let containers: Vec<_> = spec
+            .containers
+            .iter()
+            .map(|c| (c.name.as_str(), c.image.as_deref()))
+            .collect();
+        assert_eq!(containers, [("c", Some("nginx")), ("d", None)]);
+        let status = p.status.as_ref().unwrap();
+        assert_eq!(
+            (status.phase.as_deref(), status.qos_class.as_deref()),
+            (Some("Pending"), Some("BestEffort"))
+        );
+        // A bare pod (as a watch may carry) reads too.
+        let bare: HollowPod = serde_json::from_value(json!({"metadata": {}})).unwrap();
+        assert!(bare.spec.is_none() && bare.metadata.name.is_none());
+        // It is addressed as pods are.
+        let url =
+            kube::core::Request::new(<HollowPod as kube::Resource>::url_path(&(), Some("ns")))
+                .get("web-1", &kube::api::GetParams::default())
+                .unwrap();
+        assert_eq!(url.uri().path(), "/api/v1/namespaces/ns/pods/web-1");
+    }
 
     #[test]
     fn counted_names_use_the_prefix() {
