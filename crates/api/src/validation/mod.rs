@@ -216,18 +216,40 @@ pub(crate) fn child(p: &str, c: &str) -> String {
     if p.is_empty() {
         c.to_string()
     } else {
-        format!("{p}.{c}")
+        joined(&[p, ".", c])
     }
 }
 
 /// `parent[i]`.
 pub(crate) fn idx(p: &str, i: usize) -> String {
-    format!("{p}[{i}]")
+    // Every field of every pod passes through these paths, errors or not: built by hand,
+    // not through `format!`'s machinery.
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut n = i;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    let digits = std::str::from_utf8(&digits[at..]).unwrap_or("0");
+    joined(&[p, "[", digits, "]"])
 }
 
 /// `parent[key]`.
 pub(crate) fn key(p: &str, k: &str) -> String {
-    format!("{p}[{k}]")
+    joined(&[p, "[", k, "]"])
+}
+
+fn joined(parts: &[&str]) -> String {
+    let mut s = String::with_capacity(parts.iter().map(|p| p.len()).sum());
+    for p in parts {
+        s.push_str(p);
+    }
+    s
 }
 
 /// A field that is present and not null.

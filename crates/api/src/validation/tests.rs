@@ -875,3 +875,17 @@ fn pod_status_writes_check_the_status_not_the_spec() {
     new["status"]["containerStatuses"] = json!([{"name": "Bad_Name", "state": {"running": {}}}]);
     assert_eq!(check_status(&old, &new), Vec::<String>::new());
 }
+
+#[test]
+fn field_paths_read_as_formatted_ones() {
+    for i in [0, 1, 9, 10, 99, 100, 12_345, usize::MAX] {
+        assert_eq!(
+            super::idx("spec.containers", i),
+            format!("spec.containers[{i}]")
+        );
+        assert_eq!(super::idx("", i), format!("[{i}]"));
+    }
+    assert_eq!(super::child("", "spec"), "spec");
+    assert_eq!(super::child("spec", "nodeName"), "spec.nodeName");
+    assert_eq!(super::key("data", "a.b"), "data[a.b]");
+}
