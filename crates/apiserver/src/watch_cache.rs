@@ -660,11 +660,8 @@ impl WatchCache {
 
     /// One cached object by namespace (empty when cluster-scoped) and name.
     pub fn get(&self, ns: &str, name: &str) -> Option<Arc<CachedObject>> {
-        let key = if ns.is_empty() {
-            format!("{}{name}", self.prefix)
-        } else {
-            format!("{}{ns}/{name}", self.prefix)
-        };
+        let key =
+            crate::registry::object_key(&self.prefix, Some(ns).filter(|n| !n.is_empty()), name);
         self.inner.read().objects.get(&key).cloned()
     }
 

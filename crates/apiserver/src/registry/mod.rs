@@ -114,6 +114,20 @@ impl Written {
     }
 }
 
+/// An object's key: `prefix` then `ns/name`, or `name` without a namespace (joined by hand:
+/// every request makes one, and `format!` costs several times as much).
+pub(crate) fn object_key(prefix: &str, ns: Option<&str>, name: &str) -> String {
+    let ns_len = ns.map_or(0, |n| n.len() + 1);
+    let mut key = String::with_capacity(prefix.len() + ns_len + name.len());
+    key.push_str(prefix);
+    if let Some(ns) = ns {
+        key.push_str(ns);
+        key.push('/');
+    }
+    key.push_str(name);
+    key
+}
+
 /// What a delete did.
 #[derive(Debug)]
 pub enum Deleted {
@@ -364,11 +378,7 @@ impl Registry {
     }
 
     fn key(&self, ns: &str, name: &str) -> String {
-        if self.info.namespaced {
-            format!("{}{ns}/{name}", self.prefix)
-        } else {
-            format!("{}{name}", self.prefix)
-        }
+        object_key(&self.prefix, self.info.namespaced.then_some(ns), name)
     }
 
     fn store_err(&self, name: &str) -> impl Fn(StoreError) -> ApiError + '_ {
@@ -1317,6 +1327,17 @@ pub(crate) fn base64_decode(s: &str) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn object_keys_join_prefix_namespace_and_name() {
+        let p = "/registry/pods/";
+        assert_eq!(object_key(p, Some("ns"), "a"), "/registry/pods/ns/a");
+        assert_eq!(object_key(p, Some(""), "a"), "/registry/pods//a");
+        assert_eq!(
+            object_key("/registry/nodes/", None, "n-1"),
+            "/registry/nodes/n-1"
+        );
+    }
 
     #[test]
     fn continue_tokens_round_trip_and_reject_garbage() {
