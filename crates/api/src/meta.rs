@@ -149,6 +149,23 @@ pub fn format_time(t: std::time::SystemTime) -> String {
     format_unix_seconds(secs)
 }
 
+/// The decimal digits of `n`, written into the end of `buf` (the 20 bytes any `u64` needs):
+/// for building keys, paths and resourceVersions without `format!`'s machinery.
+pub fn decimal(n: u64, buf: &mut [u8; 20]) -> &str {
+    let mut at = buf.len();
+    let mut n = n;
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    // Only ASCII digits were written.
+    std::str::from_utf8(&buf[at..]).unwrap_or_default()
+}
+
 /// [`format_time`] of a time given in seconds since the epoch (before it when negative).
 pub fn format_unix_seconds(secs: i64) -> String {
     let days = secs.div_euclid(86_400);
@@ -208,6 +225,13 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decimals_read_as_formatted_numbers() {
+        for n in [0, 7, 10, 99, 100, 1_000_000_007, u64::MAX] {
+            assert_eq!(decimal(n, &mut [0; 20]), n.to_string());
+        }
+    }
 
     #[test]
     fn at_finds_what_pointer_finds() {

@@ -174,24 +174,15 @@ pub fn is_stored_form(stored: &[u8]) -> bool {
 /// `"resourceVersion":"REV"` spliced in after `{"metadata":{`.
 pub fn write_with_resource_version(stored: &[u8], rev: i64, out: &mut BytesMut) {
     let rest = stored.strip_prefix(STORED_PREFIX).unwrap_or(stored);
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    let mut n = rev.unsigned_abs();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
+    let mut buf = [0u8; 20];
+    let digits = capstan_api::meta::decimal(rev.unsigned_abs(), &mut buf);
     out.reserve(stored.len() + 48);
     out.put_slice(STORED_PREFIX);
     out.put_slice(b"\"resourceVersion\":\"");
     if rev < 0 {
         out.put_u8(b'-');
     }
-    out.put_slice(&digits[at..]);
+    out.put_slice(digits.as_bytes());
     out.put_u8(b'"');
     if rest.first() != Some(&b'}') {
         out.put_u8(b',');

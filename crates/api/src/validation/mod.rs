@@ -224,19 +224,8 @@ pub(crate) fn child(p: &str, c: &str) -> String {
 pub(crate) fn idx(p: &str, i: usize) -> String {
     // Every field of every pod passes through these paths, errors or not: built by hand,
     // not through `format!`'s machinery.
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    let mut n = i;
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    let digits = std::str::from_utf8(&digits[at..]).unwrap_or("0");
-    joined(&[p, "[", digits, "]"])
+    let mut buf = [0u8; 20];
+    joined(&[p, "[", crate::meta::decimal(i as u64, &mut buf), "]"])
 }
 
 /// `parent[key]`.
