@@ -16,7 +16,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
@@ -328,21 +328,22 @@ fn hollow_meta<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::
     })
 }
 
+/// Addressed as the Pod it reads.
 impl kube::Resource for HollowPod {
     type DynamicType = ();
-    type Scope = k8s_openapi::NamespaceResourceScope;
+    type Scope = <Pod as kube::Resource>::Scope;
 
-    fn kind(_: &()) -> std::borrow::Cow<'_, str> {
-        "Pod".into()
+    fn kind(dt: &()) -> std::borrow::Cow<'_, str> {
+        Pod::kind(dt)
     }
-    fn group(_: &()) -> std::borrow::Cow<'_, str> {
-        "".into()
+    fn group(dt: &()) -> std::borrow::Cow<'_, str> {
+        Pod::group(dt)
     }
-    fn version(_: &()) -> std::borrow::Cow<'_, str> {
-        "v1".into()
+    fn version(dt: &()) -> std::borrow::Cow<'_, str> {
+        Pod::version(dt)
     }
-    fn plural(_: &()) -> std::borrow::Cow<'_, str> {
-        "pods".into()
+    fn plural(dt: &()) -> std::borrow::Cow<'_, str> {
+        Pod::plural(dt)
     }
     fn meta(&self) -> &ObjectMeta {
         &self.metadata
