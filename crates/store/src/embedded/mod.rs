@@ -52,7 +52,7 @@ mod mvcc;
 mod record;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -80,6 +80,9 @@ pub struct Options {
     pub segment_bytes: u64,
     /// At most this many writes share one fsync.
     pub max_batch: usize,
+    /// While concurrent writers keep coming, how long a batch may wait for them to share its
+    /// fsync (a lone writer's writes, and one that finds the store idle, do not wait).
+    pub commit_window: Duration,
     pub retention: Retention,
 }
 
@@ -89,6 +92,7 @@ impl Options {
             dir: dir.into(),
             segment_bytes: 64 << 20,
             max_batch: 4096,
+            commit_window: Duration::from_millis(1),
             retention: Retention::default(),
         }
     }
@@ -118,11 +122,13 @@ impl EmbeddedStore {
             mvcc: RwLock::new(mvcc),
             published,
             failed: AtomicBool::new(false),
+            commits: AtomicU64::new(0),
         });
         let (tx, rx) = std::sync::mpsc::channel();
         let commit_opts = CommitOptions {
             max_batch: opts.max_batch.max(1),
             segment_bytes: opts.segment_bytes,
+            window: opts.commit_window,
         };
         let thread_shared = shared.clone();
         let thread = std::thread::Builder::new()
@@ -134,6 +140,11 @@ impl EmbeddedStore {
             tx: Some(tx),
             thread: Some(thread),
         })
+    }
+
+    /// Batches of writes made durable so far: one fsync of the log each.
+    pub fn commits(&self) -> u64 {
+        self.shared.commits.load(Ordering::Relaxed)
     }
 
     /// Bytes of live keys and values, and of superseded values kept as history.
