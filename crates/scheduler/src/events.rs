@@ -19,7 +19,11 @@ use crate::types::PodInfo;
 /// How long a repeated event is folded into the first one's series.
 const SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
 const BUFFER: usize = 10_000;
-const CONCURRENCY: usize = 16;
+/// Events written at once. One, as Kubernetes' controllers' recorder writes them (and ours,
+/// `capstan_runtime::events`): the writer must not take from the scheduling loop and its
+/// bindings the CPU a burst of pods needs. Under such a burst events trail the bindings (by
+/// a few seconds for 10,000 pods) and are all written once it is over, up to `BUFFER` queued.
+const CONCURRENCY: usize = 1;
 
 /// One event to record.
 #[derive(Debug, Clone)]
@@ -200,8 +204,20 @@ async fn write_events(
                     series: None::<EventSeries>,
                     ..Default::default()
                 };
-                match api.create(&PostParams::default(), &ev).await {
-                    Ok(_) => {
+                // The answer is not read: only whether the write succeeded.
+                let create = serde_json::to_vec(&ev)
+                    .map_err(kube::Error::SerdeError)
+                    .and_then(|body| {
+                        kube::core::Request::new(api.resource_url())
+                            .create(&PostParams::default(), body)
+                            .map_err(kube::Error::BuildRequest)
+                    });
+                let written = match create {
+                    Ok(req) => api.into_client().request_text(req).await.map(|_| ()),
+                    Err(e) => Err(e),
+                };
+                match written {
+                    Ok(()) => {
                         let mut m = seen.lock().unwrap_or_else(|e| e.into_inner());
                         m.insert(key, ns, name, Instant::now());
                     }
