@@ -88,7 +88,8 @@ impl Plugin for ServiceAccount {
                 spec_mut(pod).insert("imagePullSecrets".into(), Value::Array(pulls));
             }
         }
-        self.check(a, pod).await
+        // Kubernetes' Admit ends with its Validate; the account is the one just looked up.
+        check_secrets(a, pod, &account)
     }
 
     async fn validate(
@@ -130,10 +131,7 @@ impl ServiceAccount {
             ));
         }
         let account = self.lookup(a, name, pod).await?;
-        if enforces_mountable_secrets(&account) {
-            limit_secret_references(&account, pod).map_err(|e| forbidden(a, Some(pod), e))?;
-        }
-        Ok(())
+        check_secrets(a, pod, &account)
     }
 
     async fn check_ephemeral(&self, a: &Attributes<'_>, pod: &Value) -> ApiResult<()> {
@@ -182,6 +180,14 @@ impl ServiceAccount {
         }
         Err(not_found(a, name, pod))
     }
+}
+
+/// The pod's secrets against those its account allows, when the account limits them.
+fn check_secrets(a: &Attributes<'_>, pod: &Value, account: &Value) -> ApiResult<()> {
+    if enforces_mountable_secrets(account) {
+        limit_secret_references(account, pod).map_err(|e| forbidden(a, Some(pod), e))?;
+    }
+    Ok(())
 }
 
 fn get_account(objects: &dyn Objects, ns: &str, name: &str) -> Option<Value> {
