@@ -97,7 +97,8 @@ pub(crate) fn run(shared: Arc<Shared>, mut disk: Disk, rx: Receiver<Request>, op
     // write and never wait. Batches already larger than `GATHER` do not wait either: the
     // fsyncs saved would be few, and writers all waiting on one batch leave the CPU idle
     // during its fsync.
-    let mut last_commit = Instant::now() - opts.window;
+    // No batch yet: the first waits for nothing (`last_size` 0) whatever the time.
+    let mut last_commit = Instant::now();
     let mut last_size = 0;
     loop {
         let timeout = deadlines
