@@ -20,9 +20,10 @@ use crate::types::PodInfo;
 const SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
 const BUFFER: usize = 10_000;
 /// Events written at once. One, as client-go's legacy recorder (Kubernetes' controllers')
-/// writes them, and ours (`capstan_runtime::events`): the writer must not take from the scheduling loop and its
-/// bindings the CPU a burst of pods needs. Under such a burst events trail the bindings (by
-/// a few seconds for 10,000 pods) and are all written once it is over, up to `BUFFER` queued.
+/// writes them, and ours (`capstan_runtime::events`): the writer must not take from the
+/// scheduling loop and its bindings the CPU a burst of pods needs. Under such a burst events
+/// trail the bindings (by a few seconds for 10,000 pods) and are all written once it is over,
+/// up to `BUFFER` queued.
 const CONCURRENCY: usize = 1;
 
 /// One event to record.
